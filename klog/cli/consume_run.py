@@ -63,7 +63,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         flush_each_fetch = output.format is OutputFormat.VIEW and exec_cmd is None
         line = None if output.format in (OutputFormat.VIEW, OutputFormat.RAW) else output.render()
         if decoder is not None and output.format is OutputFormat.JSON:
-            line = decoder.json_line
+            line = _decoded_json(decoder, env.stdout_tty)
         with open_store(data_dir, create=False) as store:
             names = store.resolve_topics(topics or [], pattern)
             if flush_each_fetch:
@@ -107,7 +107,7 @@ def _read(store, names: list[str], start, until_ms: int | None, follow: bool, co
     """consume without --group or --exec: the records to stdout; 1 when damaged ranges were skipped."""
     if decoder is not None:
         record_filter = decoder.filtering(record_filter)
-        shown = (shown[0], _decoding_output(shown[1], decoder), *shown[2:])
+        shown = (shown[0], _decoding_output(shown[1], decoder, shown[0].stdout_tty), *shown[2:])
     options = {"partitions": partition, "until_ms": until_ms, "record_filter": record_filter,
                "isolation_level": isolation}
     if last is not None:
@@ -266,13 +266,22 @@ def _decoder(serdes: list[str] | None, registry: str | None, txn_fields: bool) -
     return RecordDecoder(parse_serdes(serdes), registry)
 
 
-def _decoding_output(output: RecordOutput, decoder: RecordDecoder) -> RecordOutput:
+def _decoding_output(output: RecordOutput, decoder: RecordDecoder, on_terminal: bool) -> RecordOutput:
     """The output rendering decoded records (the terminal view's lines: _decoding_view)."""
     if output.format is OutputFormat.VIEW:
         return output
     if output.format is OutputFormat.JSON:
-        return RecordOutput(output.format, decoder.json_line)
+        return RecordOutput(output.format, _decoded_json(decoder, on_terminal))
     return RecordOutput(output.format, decoder.line(output.render()))
+
+
+def _decoded_json(decoder: RecordDecoder, on_terminal: bool) -> Line:
+    """--json of decoded records; on a terminal with DEL and C1 controls escaped, as record_output's."""
+    if not on_terminal:
+        return decoder.json_line
+    from klog.cli.output import json_for_terminal
+
+    return lambda r: json_for_terminal(decoder.json_line(r).decode()).encode()
 
 
 def _decoding_view(view: TerminalView, decoder: RecordDecoder | None) -> TerminalView:

@@ -8,7 +8,7 @@ import sys
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
 from klog.client.producer_settings import producer_settings
-from klog.errors import UsageError
+from klog.errors import KlogError, UsageError
 
 
 def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
@@ -63,9 +63,13 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
                          partition=partition, on_warning=on_warning, encoder=encoder)
             if txn:
                 producer.commit()
-        except BaseException:
+        except BaseException as e:
             if txn and producer.in_transaction:
+                aborted = getattr(producer, "_sent_in_transaction", 0)  # (TransactionFlow's count)
                 producer.abort()  # all or nothing: a failed or interrupted input leaves none of it
+                if isinstance(e, KlogError) and str(e).endswith("records before it were written"):
+                    e.args = (f"{e}, {aborted} of them in the transaction now aborted: read_committed readers see "
+                              f"{producer.records_sent - aborted}",)
             raise
         finally:
             sys.stdout.flush()

@@ -7,17 +7,18 @@ prints; a Python caller wraps any Record the same way:
     for r in store.consumer("shop.public.orders"):
         print(decoder.decode(r).value.decode())   # Avro's JSON encoding, one line
 
-Avro values become Avro's JSON encoding (a union member as {"type": value}, bytes as \\u00XX code
-points), as kcat, Confluent's kafka-avro-console-consumer and rpk print them; logical types stay
-their underlying number or bytes, as there. A field that cannot be decoded raises DecodeError naming
+Avro values become Avro's JSON encoding (a union member as {"type": value} named by the branch it was
+written with, bytes as \\u00XX code points, NaN and Infinity as strings), as Avro's Java JsonEncoder and
+so Confluent's kafka-avro-console-consumer print them (klog.client.avro_json); logical types stay their
+underlying number or bytes, as there. A field that cannot be decoded raises DecodeError naming
 the record; nothing is guessed.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ _PACK_INTS = {"b": (1, True), "B": (1, False), "h": (2, True), "H": (2, False), 
 MAGIC = 0
 SCHEMAS_KEPT = 1000  # schema ids whose readers are kept (a topic holds a few; a hostile one cannot grow this)
 REFERENCES_MAX = 100  # referenced schemas followed for one schema (Avro named types across subjects)
+REGISTRY_TIMEOUT_S = 10.0  # for each answer of the registry, in all
+REFERENCES_TIMEOUT_S = 10.0  # for all the references of one schema
 
 
 class DecodeError(KlogError):
@@ -129,7 +132,7 @@ class RecordDecoder:
             from klog.protocol.registry_client import RegistryClient
 
             self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None,
-                                           timeout_s=10.0)
+                                           timeout_s=REGISTRY_TIMEOUT_S)
             if "avro" in serdes.values():
                 _fastavro()  # (missing: one line now, not at the first record)
             if "protobuf" in serdes.values():
@@ -221,67 +224,87 @@ class RecordDecoder:
         return self._avro_reader(schema_id, found)
 
     def _avro_reader(self, schema_id: int, found: dict) -> Callable[[bytes], bytes]:
+        from klog.client.avro_json import avro_json_reader, dumps
         from klog.protocol.avro_schema import without_logical_types
 
         fastavro = _fastavro()
-        named: dict[str, Any] = {}
         try:
-            for text in self._referenced(found.get("references") or [], set()):
-                fastavro.parse_schema(without_logical_types(json.loads(text)), named_schemas=named)
-            parsed = fastavro.parse_schema(without_logical_types(json.loads(found["schema"])), named_schemas=named)
+            texts = [*referenced_schemas(self.registry, found.get("references") or [], DecodeError), found["schema"]]
+            read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
             raise
         except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException and others
             raise DecodeError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
-        from fastavro.io.json_encoder import AvroJSONEncoder
-
-        class Collect(AvroJSONEncoder):  # Avro's JSON encoding as Python values, dumped here (one line, UTF-8)
-            def write_buffer(self) -> None:
-                self._fo.extend(self._records)
 
         def read(body: bytes) -> bytes:
             try:
-                datum = fastavro.schemaless_reader(io.BytesIO(body), parsed, None, return_record_name=True)
-                encoded: list[Any] = []
-                fastavro.json_writer(encoded, parsed, [datum], encoder=Collect)
-            except (EOFError, ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError, struct.error) as e:
-                raise DecodeError(f"not Avro of schema {schema_id}: {e or type(e).__name__}") from None
-            return json.dumps(encoded[0], ensure_ascii=False, separators=(",", ":")).encode()
+                return dumps(read_json(body))
+            except Exception as e:  # noqa: BLE001 - whatever fastavro raises for bytes that are not the schema's
+                raise DecodeError(f"not Avro of schema {schema_id}: {_why(e)}") from None
 
         return read
 
-    def _referenced(self, references: list, seen: set) -> list[str]:
-        """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first."""
-        from urllib.parse import quote
 
-        from klog.protocol.registry_client import RegistryAnswerError
+def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -> list[str]:
+    """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
+    each once (references may cycle), at most REFERENCES_MAX, all within REFERENCES_TIMEOUT_S (a registry
+    that answers each just within its timeout does not hold the caller for REFERENCES_MAX of them)."""
+    return _referenced(registry, references, set(), time.monotonic() + REFERENCES_TIMEOUT_S, error)
 
-        out: list[str] = []
-        for ref in references:
-            if not isinstance(ref, dict) or "subject" not in ref:
-                raise DecodeError(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
-            where = (str(ref["subject"]), str(ref.get("version", "latest")))
-            if where in seen:
-                continue
-            seen.add(where)
-            if len(seen) > REFERENCES_MAX:
-                raise DecodeError(f"more than {REFERENCES_MAX} schema references")
-            try:
-                doc = self.registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{where[1]}")
-            except RegistryAnswerError as e:
-                raise DecodeError(f"referenced schema {where[0]} version {where[1]}: {e}") from None
-            out += self._referenced(doc.get("references") or [], seen)
-            out.append(doc["schema"])
-        return out
+
+def _referenced(registry: Any, references: Any, seen: set, deadline: float, error: type[KlogError]) -> list[str]:
+    from urllib.parse import quote
+
+    from klog.protocol.registry_client import RegistryAnswerError
+
+    out: list[str] = []
+    for ref in references:
+        if not isinstance(ref, dict) or "subject" not in ref:
+            raise error(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
+        where = (str(ref["subject"]), str(ref.get("version", "latest")))
+        if where in seen:
+            continue
+        seen.add(where)
+        if len(seen) > REFERENCES_MAX:
+            raise error(f"more than {REFERENCES_MAX} schema references")
+        if time.monotonic() > deadline:
+            raise error(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
+        try:
+            doc = registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}")
+        except RegistryAnswerError as e:
+            raise error(f"referenced schema {where[0]} version {where[1]}: {e}") from None
+        out += _referenced(registry, doc.get("references") or [], seen, deadline, error)
+        out.append(doc["schema"])
+    return out
 
 
 def _json_text(body: bytes) -> bytes:
     """A JSON Schema record's JSON, as one line (its text may span lines)."""
+    return json.dumps(strict_json(body, DecodeError, "not"), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def strict_json(data: bytes, error: type[KlogError], verb: str) -> Any:
+    """`data` parsed as JSON proper: NaN and Infinity (which Python's json takes, and Jackson refuses) and
+    nesting deeper than the interpreter's recursion are `error`s, not values or a traceback."""
     try:
-        doc = json.loads(body)
+        return json.loads(data, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as e:
-        raise DecodeError(f"not JSON: {e}") from None
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+        raise error(f"{verb} JSON: {e}") from None
+    except RecursionError:
+        raise error(f"{verb} JSON klog reads: nested too deep") from None
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _why(e: Exception) -> str:
+    """What fastavro's error says, in words (its EOFError and IndexError often say nothing)."""
+    if isinstance(e, EOFError):
+        return f"truncated ({e})" if str(e) else "truncated"
+    if isinstance(e, IndexError):
+        return "truncated, or a union member or enum symbol past the schema's"
+    return str(e) or type(e).__name__
 
 
 def _fastavro():  # noqa: ANN202 - the module

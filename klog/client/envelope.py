@@ -120,17 +120,28 @@ EnvelopeIn = NamedTuple("EnvelopeIn", [("key", bytes | None), ("value", bytes | 
                                        ("partition", int | None)])
 
 
-def parse_envelope(line: bytes | str) -> EnvelopeIn:
-    """One JSON envelope line; ValueError (or TypeError) saying what is wrong with it."""
+def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> EnvelopeIn:
+    """One JSON envelope line; ValueError (or TypeError) saying what is wrong with it. `embedded`: the
+    fields ("key", "value") whose JSON is the record's as a document (a produce -s encoder's input), given
+    as its JSON text: a string stays quoted, and null is the document null when the line names the
+    schema it was read with (consume -s --json's `value_schema_id`), else no key / a tombstone."""
     doc = json.loads(line)  # no options: json's shared decoder
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     raw_headers = doc.get("headers") or []
     if isinstance(raw_headers, dict):
         raw_headers = list(raw_headers.items())
-    return EnvelopeIn(json_to_bytes(doc.get("key"), "key"), json_to_bytes(doc.get("value"), "value"),
+    key, value = (_embedded(doc, f) if f in embedded else json_to_bytes(doc.get(f), f) for f in ("key", "value"))
+    return EnvelopeIn(key, value,
                       [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers],
                       _timestamp(doc.get("timestamp")), _partition(doc.get("partition")))
+
+
+def _embedded(doc: dict, field: str) -> bytes | None:
+    value = doc.get(field)
+    if value is None and f"{field}_schema_id" not in doc:
+        return None
+    return _ENCODE_COMPACT(value).encode()
 
 
 def _timestamp(ts: object) -> int | None:

@@ -191,7 +191,7 @@ class Ingest:
     def _send_json(self, line: bytes) -> None:
         producer, topic, line_no = self.producer, self.topic, self.lines
         try:
-            key, value, hdrs, ts, p = parse_envelope(line)
+            key, value, hdrs, ts, p = parse_envelope(line, self.encoder.fields if self.encoder is not None else ())
         except (ValueError, TypeError) as e:
             producer.flush()
             raise UsageError(f"line {line_no}: malformed JSON input: {e}; "

@@ -21,7 +21,15 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from klog.client.deserializers import FIELDS, MAGIC, REGISTRY_FORMATS, _fastavro, parse_serdes
+from klog.client.deserializers import (
+    FIELDS,
+    MAGIC,
+    REGISTRY_FORMATS,
+    _fastavro,
+    parse_serdes,
+    referenced_schemas,
+    strict_json,
+)
 from klog.client.protobuf_codec import ProtobufCodecError
 from klog.errors import KlogError, UsageError
 
@@ -70,6 +78,7 @@ class RecordEncoder:
         from klog.protocol.registry_client import RegistryClient
 
         self.encodings = encodings
+        self.fields = tuple(encodings)  # (an --input json envelope's members taken as JSON documents)
         self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None, timeout_s=10.0)
         self.topic = topic
         if "avro" in encodings.values():
@@ -108,7 +117,7 @@ class RecordEncoder:
                 if fmt != "avro":
                     body["schemaType"] = fmt.upper()
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
-                text = what[5:]
+                texts = [what[5:]]
             elif what.startswith("id:"):
                 try:
                     schema_id = int(what[3:])
@@ -116,11 +125,13 @@ class RecordEncoder:
                     raise UsageError(f"--schema {field}={what}: id:N takes a schema id") from None
                 found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
                 self._check_type(found, fmt, f"schema {schema_id}")
-                text = found["schema"]
             else:
                 found = self.registry.call("GET", f"{path}/versions/latest")
                 self._check_type(found, fmt, f"the latest schema of {subject}")
-                schema_id, text = int(found["id"]), found["schema"]
+                schema_id = int(found["id"])
+            if not what.startswith("text:"):  # (Avro named types of other subjects: theirs first)
+                references = (found.get("references") or []) if fmt == "avro" else []
+                texts = [*referenced_schemas(self.registry, references, KlogError), found["schema"]]
         except RegistryAnswerError as e:
             raise KlogError(f"the {field} schema for {subject}: {e}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's
@@ -131,7 +142,7 @@ class RecordEncoder:
             from klog.client.protobuf_codec import encoder
 
             return encoder(self.registry, schema_id, header)
-        return _avro_encoder(text, header, schema_id) if fmt == "avro" else _json_encoder(text, header, schema_id)
+        return _avro_encoder(texts, header, schema_id) if fmt == "avro" else _json_encoder(texts[-1], header, schema_id)
 
     @staticmethod
     def _check_type(found: dict, fmt: str, what: str) -> None:
@@ -140,23 +151,24 @@ class RecordEncoder:
             raise KlogError(f"{what} is {kind.upper()}, not {fmt.upper()}")
 
 
-def _avro_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+def _avro_encoder(texts: list[str], header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+    """`texts`: the schemas referenced (theirs first), then the schema."""
+    from klog.client.avro_json import avro_datum_from_json
     from klog.protocol.avro_schema import without_logical_types
 
     fastavro = _fastavro()
     try:
-        parsed = fastavro.parse_schema(without_logical_types(json.loads(text)))
+        parsed, datum_of = avro_datum_from_json(fastavro, [without_logical_types(json.loads(t)) for t in texts])
     except Exception as e:  # noqa: BLE001 - fastavro's SchemaParseException, json's ValueError
         raise KlogError(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from None
+    write = fastavro.schemaless_writer
 
     def encode(data: bytes) -> bytes:
         try:
-            datum = next(fastavro.json_reader(io.StringIO(data.decode("utf-8")), parsed))
+            datum = datum_of(json.loads(data))
             out = io.BytesIO()
             out.write(header)
-            fastavro.schemaless_writer(out, parsed, datum, strict=True)
-        except StopIteration:
-            raise EncodeError("is not a JSON value") from None
+            write(out, parsed, datum, strict_allow_default=True)
         except Exception as e:  # noqa: BLE001 - fastavro's own and json's errors: the input does not fit
             raise EncodeError(f"is not Avro's JSON encoding of schema {schema_id}: {_short(e)}") from None
         return out.getvalue()
@@ -176,11 +188,11 @@ def _json_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes],
         raise KlogError(f"schema {schema_id} is not a JSON Schema jsonschema reads: {_short(e)}") from None
 
     def encode(data: bytes) -> bytes:
+        doc = strict_json(data, EncodeError, "is not")
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise EncodeError(f"is not JSON: {e}") from None
-        error = next(validator.iter_errors(doc), None)
+            error = next(validator.iter_errors(doc), None)
+        except RecursionError:
+            raise EncodeError(f"is nested too deep to check against schema {schema_id}") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the document"
             raise EncodeError(f"does not match schema {schema_id} at {where}: {_short(error.message)}")

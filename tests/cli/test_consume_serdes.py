@@ -189,12 +189,16 @@ def test_the_hot_path_takes_the_options_too(klog_proc, data_dir):
 
 @contextlib.contextmanager
 def stub_registry(answers: dict[str, object]) -> Iterator[str]:
-    """A Schema Registry of fixed answers (path -> JSON), on an ephemeral port; its URL."""
+    """A Schema Registry of fixed answers (path -> JSON, or a function of the request handler), on an
+    ephemeral port; its URL."""
     import http.server
     import threading
 
     class Stub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if callable(answers.get(self.path)):  # an answer of its own making
+                answers[self.path](self)
+                return
             found = self.path in answers
             body = json.dumps(answers[self.path] if found else {"error_code": 40403,
                                                                  "message": "Schema not found"}).encode()
@@ -207,7 +211,7 @@ def stub_registry(answers: dict[str, object]) -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # (shutdown waits a poll)
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
@@ -255,3 +259,246 @@ def test_exec_gets_the_decoded_value(cli, data_dir, tmp_path):
     done = cli("consume", "nums", "-s", ">i", "--exec", f"cat >> {seen}; echo >> {seen}")
     assert done.exit_code == 0, done.stderr
     assert seen.read_text() == "7\n-7\n"
+
+
+def framed(schema_id: int, schema: object, datum: object) -> bytes:
+    """`datum` written by fastavro in `schema` (a union member as a (branch, value) pair), framed."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), datum)
+    return b"\x00" + struct.pack(">I", schema_id) + buf.getvalue()
+
+
+def varint(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+# unions whose member fastavro's json_writer guessed from the value (int for a long, the string for an
+# enum symbol, the first of two enums or same-sized fixed types, the map for a record), and the floats
+# Java's JsonEncoder prints otherwise (float32 text, NaN and Infinity as strings: the output stays JSON)
+BRANCHY = {"type": "record", "name": "T", "namespace": "ns", "fields": [
+    {"name": "il", "type": ["int", "long"]},
+    {"name": "fd", "type": ["double", "float"]},
+    {"name": "f", "type": "float"},
+    {"name": "d", "type": "double"},
+    {"name": "se", "type": ["string", {"type": "enum", "name": "E", "symbols": ["A", "B"]}]},
+    {"name": "ee", "type": [{"type": "enum", "name": "E1", "symbols": ["X"]},
+                            {"type": "enum", "name": "E2", "symbols": ["X"]}]},
+    {"name": "ff", "type": [{"type": "fixed", "name": "F1", "size": 2}, {"type": "fixed", "name": "F2", "size": 2}]},
+    {"name": "mr", "type": [{"type": "map", "values": "int"},
+                            {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}]},
+    {"name": "m", "type": {"type": "map", "values": ["null", "double"]}},
+    {"name": "fx", "type": {"type": "fixed", "name": "FX", "size": 3}}]}
+BRANCHY_DATUM = {"il": ("long", 5), "fd": ("float", 0.1), "f": 0.1, "d": float("nan"), "se": ("ns.E", "A"),
+                 "ee": ("ns.E2", "X"), "ff": ("ns.F2", b"\x01\x02"), "mr": ("ns.R", {"a": 1}),
+                 "m": {"k": float("inf"), "n": None, "z": float("-inf")}, "fx": b"\x00\x7f\xff"}
+BRANCHY_LINE = ('{"il":{"long":5},"fd":{"float":0.1},"f":0.1,"d":"NaN","se":{"ns.E":"A"},"ee":{"ns.E2":"X"},'
+                '"ff":{"ns.F2":"\\u0001\\u0002"},"mr":{"ns.R":{"a":1}},'
+                '"m":{"k":{"double":"Infinity"},"n":null,"z":{"double":"-Infinity"}},"fx":"\\u0000\x7f\u00ff"}')
+
+
+def test_union_members_and_floats_print_as_avros_java_json_encoder_does(cli, data_dir):
+    produce(data_dir, "t", [(None, framed(4, BRANCHY, BRANCHY_DATUM))])
+    with stub_registry({"/schemas/ids/4": {"schema": json.dumps(BRANCHY)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+        assert done.exit_code == 0, done.stderr
+        assert done.out == BRANCHY_LINE + "\n"
+        envelope = cli("consume", "t", "-s", "avro", "-r", url, "--json").out
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    assert json.loads(envelope, parse_constant=no_constants)["value"]["d"] == "NaN"
+
+
+RECURSIVE = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
+
+
+TREE = {"type": "record", "name": "Tree", "fields": [{"name": "kids", "type": {"type": "array", "items": [
+    "null", {"type": "map", "values": ["null", "Tree"]}]}}]}
+
+
+def tree(levels: int) -> dict:
+    node: dict = {"kids": []}
+    for _ in range(levels):
+        node = {"kids": [{"k": node}]}
+    return node
+
+
+def linked(levels: int) -> dict:
+    node: dict = {"next": None}
+    for _ in range(levels):
+        node = {"next": node}
+    return node
+
+
+@pytest.mark.parametrize(("schema", "body", "why"), [
+    # fastavro's reader loops once per item, bytes or not: 2^62 nulls allocated until memory ran out
+    ({"type": "array", "items": "null"}, varint(2**62) + varint(0),
+     "more than 1,000,000 array items that take no bytes"),
+    ({"type": "array", "items": {"type": "record", "name": "Empty", "fields": []}},
+     varint(-(2**62)) + varint(0) + varint(0), "more than 1,000,000 array items that take no bytes"),
+    # and recurses without a check: 100 KB of a recursive type crashed the process (SIGSEGV)
+    (RECURSIVE, b"\x02" * 100_000 + b"\x00", "nested more than 400 deep (records, arrays, maps and unions)"),
+    # 150 levels of five containers: the conversion ran out of Python's recursion limit, a bare RecursionError
+    (TREE, framed(0, TREE, tree(150))[5:], "nested more than 400 deep (records, arrays, maps and unions)"),
+    (RECURSIVE, b"\x02" * 20, "truncated"),
+    ({"type": "record", "name": "S", "fields": [{"name": "s", "type": "string"}]}, varint(2**62), "truncated"),
+])
+def test_a_hostile_avro_body_stops_the_read_in_one_line(cli, data_dir, schema, body, why):
+    produce(data_dir, "t", [(None, framed(6, RECURSIVE, {"next": {"next": None}})),
+                            (None, b"\x00" + struct.pack(">I", 7) + body)])
+    answers = {"/schemas/ids/6": {"schema": json.dumps(RECURSIVE)}, "/schemas/ids/7": {"schema": json.dumps(schema)}}
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1
+    assert done.out == '{"next":{"Node":{"next":null}}}\n'
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("klog: error: cannot decode the value of t-0 offset 1 as avro: not Avro of schema 7: ")
+    assert why in line
+
+
+@pytest.mark.parametrize(("schema", "datum", "levels"), [
+    (RECURSIVE, linked(199), 199),  # two containers a level (the record, the union): within the bound of 400
+    (TREE, tree(79), 79),  # five a level (record, array, union, map, union)
+])
+def test_a_recursive_type_nested_within_the_bound_prints(cli, data_dir, schema, datum, levels):
+    produce(data_dir, "t", [(None, framed(6, schema, datum))])
+    with stub_registry({"/schemas/ids/6": {"schema": json.dumps(schema)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 0, done.stderr
+    assert done.out.count(f'{{"{schema["name"]}":') == levels
+    assert json.loads(done.out) is not None
+
+
+def test_a_registry_redirect_is_not_followed_with_the_credentials(cli, data_dir):
+    """urllib followed a redirect to any host, the Authorization header with it."""
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05x")])
+    asked: list[object] = []
+    with stub_registry({"/schemas/ids/5": lambda h: asked.append(h.headers.get("Authorization"))}) as elsewhere:
+        def redirect(h: object) -> None:
+            h.send_response(307)
+            h.send_header("Location", elsewhere + "/schemas/ids/5")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        with stub_registry({"/schemas/ids/5": redirect}) as url:
+            done = cli("consume", "t", "-s", "avro", "-r", url.replace("http://", "http://me:secret@"))
+    assert done.exit_code == 1 and asked == []
+    [line] = done.stderr.strip().splitlines()
+    assert "secret" not in line  # (the URL it names has no password)
+    assert "307 Temporary Redirect, to http://127.0.0.1:" in line and "does not follow a Schema Registry's redirects" \
+        in line
+
+
+def test_a_registry_that_drips_its_answer_is_given_up_on(cli, data_dir, monkeypatch):
+    """urllib's timeout bounds each read: an answer a byte at a time never timed out."""
+    import time
+
+    monkeypatch.setattr("klog.client.deserializers.REGISTRY_TIMEOUT_S", 0.3)
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05x")])
+    body = json.dumps({"schema": '"string"'}).encode()
+
+    def drip(h: object) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            for i in range(len(body)):
+                h.wfile.write(body[i:i + 1])
+                h.wfile.flush()
+                time.sleep(0.1)
+
+    with stub_registry({"/schemas/ids/5": drip}) as url:
+        started = time.monotonic()
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+        assert time.monotonic() - started < 2
+    assert done.exit_code == 1
+    assert "no whole answer within 0.3 s" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_huge_registry_answer_is_refused(cli, data_dir, monkeypatch):
+    monkeypatch.setattr("klog.protocol.registry_client.ANSWER_MAX_BYTES", 1000)
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x05\x02x")])
+    schema = {"type": "string", "doc": "x" * 2000}
+    with stub_registry({"/schemas/ids/5": {"schema": json.dumps(schema)}}) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1
+    assert "an answer larger than" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_json_on_a_terminal_escapes_c1_controls_in_decoded_values_too(cli, data_dir):
+    """A decoded string's U+009B (CSI) reached the terminal raw: --json with -s skipped record_output's escaping."""
+    from klog.cli.env import Env, substitute_env
+
+    produce(data_dir, "t", [(None, framed(3, "string", "a\u009b[2Jb\x7f"))])
+    with stub_registry({"/schemas/ids/3": {"schema": '"string"'}}) as url, substitute_env(Env(stdout_tty=True)):
+        done = cli("consume", "t", "-s", "avro", "-r", url, "--json")
+        grouped = cli("consume", "t", "-s", "avro", "-r", url, "--json", "-G", "g")
+    for shown in (done, grouped):
+        assert shown.exit_code == 0, shown.stderr
+        assert b"\\u009b[2Jb\\u007f" in shown.stdout and "\u009b".encode() not in shown.stdout
+        assert json.loads(shown.stdout)["value"] == "a\u009b[2Jb\x7f"
+
+
+def test_schema_references_that_cycle_are_followed_once_and_a_fan_out_is_bounded(cli, data_dir):
+    line = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "line", "type": "shop.Line"}]}
+    cycle = [{"name": "shop.Line", "subject": "line", "version": 1}]
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": cycle},
+               "/subjects/line/versions/1": {"schema": json.dumps(line), "references": [
+                   {"name": "shop.Order", "subject": "order", "version": 1}]},
+               "/subjects/order/versions/1": {"schema": '"string"', "references": cycle},
+               "/schemas/ids/10": {"schema": '"string"', "references": [
+                   {"name": f"n{i}", "subject": f"s{i}", "version": 1} for i in range(150)]},
+               **{f"/subjects/s{i}/versions/1": {"schema": '"string"'} for i in range(150)}}
+    inline = {**order, "fields": [{"name": "line", "type": line}]}
+    produce(data_dir, "t", [(None, framed(9, inline, {"line": {"sku": "x"}})), (None, framed(10, "string", "y"))])
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.out == '{"line":{"sku":"x"}}\n' and done.exit_code == 1
+    assert "offset 1 as avro: more than 100 schema references" in done.stderr
+
+
+def test_schema_references_share_one_deadline(cli, data_dir, monkeypatch):
+    """Each answer within the timeout, but REFERENCES_MAX of them would hold the read that many times over."""
+    import time
+
+    monkeypatch.setattr("klog.client.deserializers.REFERENCES_TIMEOUT_S", 0.3)
+
+    def slowly(h: object) -> None:
+        time.sleep(0.2)
+        body = json.dumps({"schema": '"string"'}).encode()
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    answers = {"/schemas/ids/10": {"schema": '"string"', "references": [
+                   {"name": f"n{i}", "subject": f"s{i}", "version": 1} for i in range(5)]},
+               **{f"/subjects/s{i}/versions/1": slowly for i in range(5)}}
+    produce(data_dir, "t", [(None, framed(10, "string", "y"))])
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1 and "its schema references took the registry more than 0.3 s" in done.stderr
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON klog reads: nested too deep"),  # was a traceback (RecursionError)
+    (b'{"a": NaN}', "not JSON: NaN is not a JSON value"),  # was printed as NaN: --json not JSON
+])
+def test_a_json_schema_body_that_is_not_json_proper_is_one_line(cli, data_dir, body, why):
+    produce(data_dir, "t", [(None, b"\x00\x00\x00\x00\x02" + body)])
+    with stub_registry({"/schemas/ids/2": {"schema": "{}", "schemaType": "JSON"}}) as url:
+        done = cli("consume", "t", "-s", "json", "-r", url)
+    assert done.exit_code == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("klog: error: cannot decode the value of t-0 offset 0 as json: " + why)

@@ -13,7 +13,7 @@ import json
 import pytest
 
 import klog
-from tests.cli.test_consume_serdes import EXPECTED, ORDER, ROWS
+from tests.cli.test_consume_serdes import BRANCHY, BRANCHY_DATUM, EXPECTED, ORDER, ROWS, framed, produce, stub_registry
 from tests.registry.helpers import serving as registry_at
 
 pytest.importorskip("fastavro", reason="-s avro needs fastavro (pip install 'klog[connect]')")
@@ -131,3 +131,89 @@ def test_a_decoded_json_copy_goes_back_in_encoded(cli, data_dir, registry_url, t
                input=copied)
     assert done.exit_code == 0, done.stderr
     assert values(data_dir, "copy") == values(data_dir, "orders")  # the same bytes, schema id included
+
+
+def test_union_members_and_special_floats_go_back_in_as_the_same_bytes(cli, data_dir):
+    """consume -s --json | produce -s --input json: each union member written as the branch it names (fastavro's
+    json_reader took the first that fit: {"long": 5} went in as an int), NaN and Infinity from their strings."""
+    key = framed(8, ["int", "long"], ("long", 7))
+    produce(data_dir, "t", [(key, framed(4, BRANCHY, BRANCHY_DATUM))])
+    answers = {"/schemas/ids/4": {"schema": json.dumps(BRANCHY)}, "/schemas/ids/8": {"schema": '["int", "long"]'}}
+    with stub_registry(answers) as url:
+        copied = cli("consume", "t", "-s", "avro", "-r", url, "--json").stdout
+        done = cli("produce", "copy", "-s", "avro", "--schema", "key=id:8", "--schema", "value=id:4", "-r", url,
+                   "--input", "json", input=copied)
+    assert done.exit_code == 0, done.stderr
+    with klog.open(data_dir) as store:
+        assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
+
+
+def test_a_transaction_with_a_line_that_does_not_fit_is_aborted_and_says_so(cli, data_dir, registry_url, tmp_path):
+    schema = tmp_path / "a.avsc"
+    schema.write_text(json.dumps({"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]}))
+    done = cli("produce", "a", "-s", "value=avro", "--schema", str(schema), "-r", registry_url, "--transactional-id",
+               "tx", "--transaction-records", "2", input=b'{"x": 1}\n{"x": 2}\n{"x": 3}\n{"x": "bad"}\n{"x": 5}\n')
+    assert done.exit_code == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "3 records before it were written, 1 of them in the transaction now aborted: read_committed readers see 2")
+    seen = cli("consume", "a", "-X", "isolation.level=read_committed", "-s", "avro", "-r", registry_url)
+    assert seen.exit_code == 0 and seen.out == '{"x":1}\n{"x":2}\n'
+
+
+def test_a_json_schema_line_with_nan_or_deep_nesting_is_named(cli, data_dir):
+    with stub_registry({"/schemas/ids/2": {"schema": "{}", "schemaType": "JSON"}}) as url:
+        done = cli("produce", "t", "-s", "value=json", "--schema", "id:2", "-r", url,
+                   input=b'{"a": 1}\n{"a": NaN}\n')
+        deep = cli("produce", "t", "-s", "value=json", "--schema", "id:2", "-r", url,
+                   input=b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    assert done.exit_code == 2 and done.stderr.strip().splitlines()[-1] == (
+        "klog: error: line 2: the value is not JSON: NaN is not a JSON value; 1 records before it were written")
+    assert deep.exit_code == 2 and "line 1: the value is not JSON klog reads: nested too deep" in deep.stderr
+    assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x02" + b'{"a":1}']
+
+
+def test_a_schema_with_references_encodes_and_round_trips(cli, data_dir):
+    """--schema id:N of a schema naming types of other subjects: they were not fetched ('Unknown type')."""
+    line = {"type": "record", "name": "Line", "namespace": "shop",
+            "fields": [{"name": "sku", "type": ["null", "string"]}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": "shop.Line"}}]}
+    answers = {"/schemas/ids/9": {"schema": json.dumps(order), "references": [
+                   {"name": "shop.Line", "subject": "line-value", "version": 3}]},
+               "/subjects/line-value/versions/3": {"subject": "line-value", "version": 3, "id": 8,
+                                                   "schema": json.dumps(line)}}
+    text = b'{"lines":[{"sku":{"string":"x"}},{"sku":null}]}\n'
+    with stub_registry(answers) as url:
+        done = cli("produce", "t", "-s", "value=avro", "--schema", "id:9", "-r", url, input=text)
+        assert done.exit_code == 0, done.stderr
+        out = cli("consume", "t", "-s", "avro", "-r", url)
+    assert out.exit_code == 0 and out.out.encode() == text
+
+
+def test_a_json_copy_keeps_string_values_avro_nulls_and_tombstones(cli, data_dir):
+    """--input json took an embedded JSON string as the record's text (hello, not "hello": not JSON to the
+    encoder) and an Avro null as a tombstone; the envelope's value_schema_id tells the null apart."""
+    schema = ["null", "string"]
+    produce(data_dir, "t", [(None, framed(5, schema, "hello")), (None, framed(5, schema, None)), (None, None),
+                            (framed(6, "string", "k"), framed(5, schema, "é"))])
+    answers = {"/schemas/ids/5": {"schema": json.dumps(schema)}, "/schemas/ids/6": {"schema": '"string"'}}
+    with stub_registry(answers) as url:
+        copied = cli("consume", "t", "-s", "avro", "-r", url, "--json").stdout
+        done = cli("produce", "copy", "-s", "avro", "--schema", "key=id:6", "--schema", "value=id:5", "-r", url,
+                   "--input", "json", input=copied)
+    assert done.exit_code == 0, done.stderr
+    with klog.open(data_dir) as store:
+        assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
+
+
+def test_an_unknown_field_is_refused_and_a_missing_one_takes_its_default(cli, data_dir):
+    """As Avro's Java JsonDecoder ("Unknown fields: [extra]"); fastavro's json_reader dropped it silently."""
+    schema = {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"},
+                                                        {"name": "y", "type": ["null", "string"], "default": None}]}
+    with stub_registry({"/schemas/ids/3": {"schema": json.dumps(schema)}}) as url:
+        done = cli("produce", "t", "-s", "value=avro", "--schema", "id:3", "-r", url,
+                   input=b'{"x": 1}\n{"x": 2, "extra": 3}\n')
+    assert done.exit_code == 2
+    assert "line 2: the value is not Avro's JSON encoding of schema 3: record contains more fields than the schema " \
+           "specifies: extra; 1 records before it were written" in done.stderr
+    assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x03\x02\x00"]
