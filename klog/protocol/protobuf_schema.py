@@ -25,6 +25,8 @@ from typing import Any
 
 MAX_DEPTH = 32  # nested messages, aggregate option values: deeper is refused, not recursed into
 MAX_TAG = 536_870_911
+TAGS = (1, MAX_TAG)  # a message's field, reserved and extension numbers
+INT32 = (-2**31, 2**31 - 1)  # an enum's values and reserved numbers
 SCALARS = ("double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
            "sfixed32", "sfixed64", "bool", "string", "bytes")
 MAP_KEYS = ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32", "sfixed64",
@@ -291,6 +293,12 @@ class _Parser:
             int(token.text, 8) if len(token.text) > 1 and token.text[0] == "0" else int(token.text)
         return -value if negative else value
 
+    def bounded(self, number: int, what: str, bounds: tuple[int, int]) -> int:
+        if not bounds[0] <= number <= bounds[1]:
+            self.at -= 1
+            raise self.fail(f"{what} number {number} is out of range ({bounds[0]}..{bounds[1]})")
+        return number
+
     def enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
@@ -475,10 +483,10 @@ class _Parser:
             out.oneofs.append(self.oneof(proto3))
         elif keyword == "reserved" and not self._is_field_named():
             self.next()
-            out.reserved.append(self.ranges("reserved", names=True))
+            out.reserved.append(self.ranges("reserved", TAGS, names=True))
         elif keyword == "extensions" and not self._is_field_named():
             self.next()
-            out.extensions.append(self.ranges("extensions", names=False))
+            out.extensions.append(self.ranges("extensions", TAGS, names=False))
             self.bracket_options()  # extension range options: dropped with the ranges' declarations
             self.expect(";")
         elif keyword == "extend" and self._starts_declaration():
@@ -580,14 +588,16 @@ class _Parser:
                 out.fields.append(self.field(proto3, in_oneof=True))
         return out
 
-    def ranges(self, what: str, names: bool) -> list[Any]:
+    def ranges(self, what: str, bounds: tuple[int, int], names: bool) -> list[Any]:
+        """A reserved or extensions statement's values: numbers within `bounds` (protoc refuses others; a
+        descriptor cannot hold them), ranges, and (reserved) quoted names."""
         out: list[Any] = []
         while True:
             token = self.peek()
             if names and token is not None and token.kind == "string":
                 out.append(self.next().text)
             else:
-                start = self.integer(f"a {what} number")
+                start = self.bounded(self.integer(f"a {what} number"), what, bounds)
                 token = self.peek()
                 if token is not None and token.kind == "word" and token.text == "to":
                     self.next()
@@ -596,7 +606,7 @@ class _Parser:
                         self.next()
                         end = MAX_TAG
                     else:
-                        end = self.integer(f"the end of a {what} range")
+                        end = self.bounded(self.integer(f"the end of a {what} range"), what, bounds)
                     if end < start:
                         raise self.fail(f"{what} range {start} to {end} ends before it starts")
                     out.append((start, end))
@@ -623,11 +633,12 @@ class _Parser:
                 out.options.append(self.option_statement())
             elif token.text == "reserved" and not self._is_constant_named():
                 self.next()
-                out.reserved.append(self.ranges("reserved", names=True))
+                out.reserved.append(self.ranges("reserved", INT32, names=True))
             else:
                 name = self.name("an enum constant")
                 self.expect("=")
-                constant = EnumConstant(name, self.integer("the constant's number"), self.bracket_options())
+                number = self.bounded(self.integer("the constant's number"), "enum value", INT32)
+                constant = EnumConstant(name, number, self.bracket_options())
                 self.expect(";")
                 out.constants.append(constant)
         if not out.constants:

@@ -290,6 +290,11 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\n' + "message M { " * 100 + "}" * 100, "nested deeper than 32 levels"),
     ('syntax = "proto3";\noption (x) = ' + "{a: " * 100 + "1" + "}" * 100 + ";", "nested deeper than 32 levels"),
     ("////", "not a .proto text nor a base64 FileDescriptorProto"),
+    # numbers a descriptor cannot hold: 42201 naming them, not a 500 from protobuf's setters
+    ('syntax = "proto2";\nenum E {\n  A = 2147483648; }', "line 3: enum value number 2147483648 is out of range"),
+    ('syntax = "proto3";\nmessage M { reserved 99999999999; }', "line 2: reserved number 99999999999 is out of"),
+    ('syntax = "proto2";\nmessage M { extensions 0 to 5; }', "line 2: extensions number 0 is out of range"),
+    ('syntax = "proto3";\nenum E { A = 0; reserved -2147483649; }', "reserved number -2147483649 is out of range"),
 ])
 def test_malformed_text_is_42201_naming_its_line_and_what_was_wrong(text, says):
     with pytest.raises(RegistryError) as refused:
