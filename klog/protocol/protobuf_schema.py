@@ -182,9 +182,24 @@ def _unescape(body: str, line: int) -> str:
         elif m := re.match(r"[0-7]{1,3}", body[i + 1:]):
             out.append(chr(int(m.group(), 8)))
             i += 1 + len(m.group())
+        elif nxt in "uU" and (m := re.match(r"[0-9a-fA-F]{4}" if nxt == "u" else r"[0-9a-fA-F]{8}", body[i + 2:])):
+            out.append(_code_point(int(m.group(), 16), line))  # protoc's Unicode escapes
+            i += 2 + len(m.group())
         else:
             raise ProtoError(f"line {line}: unknown escape \\{nxt} in a string")
-    return "".join(out)
+    text = "".join(out)
+    if any("\ud800" <= c <= "\udfff" for c in text):  # a \uD83D\uDE00 pair is one character, as protoc
+        try:  # reads it; a lone half is no character (nor UTF-8)
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            raise ProtoError(f"line {line}: a string has half a UTF-16 surrogate pair") from None
+    return text
+
+
+def _code_point(value: int, line: int) -> str:
+    if value > 0x10FFFF:
+        raise ProtoError(f"line {line}: \\U{value:08x} is not a Unicode character")
+    return chr(value)
 
 
 def tokenize(text: str) -> list[Token]:

@@ -215,6 +215,21 @@ extend google.protobuf.FieldOptions {
                                                                               ["pii_kind"])]
 
 
+def test_strings_take_protocs_escapes_and_concatenation():
+    text = r'''syntax = "proto3";
+option java_package = "\x41\101" 'b'
+  "\u00e9\U0001F600\uD83D\uDE00";
+'''
+    parsed = parse_protobuf(text, {})
+    assert parsed.descriptor.options.java_package == "AAb\u00e9\U0001F600\U0001F600"
+    assert parsed.text == 'syntax = "proto3";\n\noption java_package = "AAb\u00e9\U0001F600\U0001F600";\n'
+    for bad, says in ((r'"\uD83D"', "line 2: a string has half a UTF-16 surrogate pair"),
+                      (r'"\U00110000"', r"line 2: \\U00110000 is not a Unicode character"),
+                      (r'"\u12"', r"line 2: unknown escape \\u")):
+        with pytest.raises(RegistryError, match=says):
+            parse_protobuf(f'syntax = "proto3";\noption java_package = {bad};', {})
+
+
 def test_the_descriptor_resolves_types_maps_and_proto3_optional_as_protoc_writes_them():
     descriptor = parse_protobuf(ORDER, {}).descriptor
     order = descriptor.message_type[0]
