@@ -1189,7 +1189,14 @@ class _Builder:
 
 def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str = "default") -> Any:
     """The FileDescriptorProto of a parsed file, its type names resolved against itself and `dependencies`
-    (import name -> parsed file; ProtoError naming an import not among them or a type defined nowhere)."""
+    (import name -> parsed file; ProtoError naming an import not among them or a type defined nowhere), checked
+    as protoc and a client's descriptor pool check it (check_in_pool)."""
+    out = _build(proto, dependencies, name)
+    check_in_pool(out, dependencies)
+    return out
+
+
+def _build(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str) -> Any:
     types: dict[str, TypeInfo] = {}
     for dep in proto.dependencies():
         if dep not in dependencies:
@@ -1198,6 +1205,42 @@ def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: st
         types.update(declared_types(dependencies[dep_name], dep_name))
     types.update(declared_types(proto))
     return _Builder(proto, types).file(name)
+
+
+def check_in_pool(descriptor: Any, dependencies: dict[str, ProtoFile]) -> None:
+    """ProtoError when protobuf's descriptor pool (the one confluent-kafka's deserializer loads a schema into)
+    refuses the file: what protoc refuses past the grammar, as symbols declared twice (enum values are
+    siblings of their enum), an empty oneof, a proto3 default or first enum value other than 0, two fields
+    of one JSON name, a default of the wrong type. Its imports are loaded first (each reference built
+    again, each well-known file as protobuf ships it)."""
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.DescriptorPool()
+    loaded: set[str] = set()
+
+    def load(file: Any, what: str, loading: frozenset[str]) -> None:
+        for dep in file.dependency:
+            if dep not in loaded and dep not in loading and dep in dependencies:
+                load(_dependency_descriptor(dep, dependencies), f"its import {dep!r}", loading | {dep})
+        try:
+            pool.Add(file)
+            pool.FindFileByName(file.name)
+        except Exception as e:  # noqa: BLE001 - protobuf's refusal is a TypeError (upb) or a descriptor error
+            reason = str(e).removeprefix("Couldn't build proto file into descriptor pool: ")
+            raise ProtoError(f"protobuf's descriptor pool refuses {what}: {reason}") from None
+        loaded.add(file.name)
+
+    load(descriptor, "it", frozenset())
+
+
+_WELL_KNOWN_DESCRIPTORS: dict[str, Any] = {}
+
+
+def _dependency_descriptor(name: str, dependencies: dict[str, ProtoFile]) -> Any:
+    """An import's FileDescriptorProto: a well-known file's as protobuf ships it, a reference's built."""
+    if dependencies[name] is well_known().get(name):
+        return _WELL_KNOWN_DESCRIPTORS[name]
+    return _build(dependencies[name], dependencies, name)
 
 
 def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
@@ -1394,6 +1437,7 @@ def well_known() -> dict[str, ProtoFile]:
 
         pb2 = _descriptor_pb2()
         found = {name: parse_text(text) for name, text in _DECLARED.items()}
+        descriptors = {name: _build(file, {}, name) for name, file in found.items()}
         modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
             [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
         for name in modules:
@@ -1401,8 +1445,9 @@ def well_known() -> dict[str, ProtoFile]:
                 module = importlib.import_module(name)
             except ImportError:  # google.type without googleapis-common-protos
                 continue
-            found[module.DESCRIPTOR.name] = from_descriptor(
-                pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb))
+            descriptor = pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+            found[descriptor.name], descriptors[descriptor.name] = from_descriptor(descriptor), descriptor
+        _WELL_KNOWN_DESCRIPTORS.update(descriptors)
         _WELL_KNOWN.update(found)
     return _WELL_KNOWN
 

@@ -310,6 +310,15 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\nmessage M { reserved 99999999999; }', "line 2: reserved number 99999999999 is out of"),
     ('syntax = "proto2";\nmessage M { extensions 0 to 5; }', "line 2: extensions number 0 is out of range"),
     ('syntax = "proto3";\nenum E { A = 0; reserved -2147483649; }', "reserved number -2147483649 is out of range"),
+    # what protoc and confluent-kafka's descriptor pool refuse past the grammar (its deserializer could not
+    # load the serialized form)
+    ('syntax = "proto3";\nenum E { X = 0; }\nenum F { X = 0; }', "descriptor pool refuses it: duplicate symbol 'X'"),
+    ('syntax = "proto3";\nenum E { A = 1; }', "refuses it: for open enums, the first value must be zero (E)"),
+    ('syntax = "proto3";\nmessage M { oneof o {} }', "refuses it: Error building mini table: Empty oneof"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1 [default = 2]; }', "cannot have explicit defaults (M.a)"),
+    ('syntax = "proto3";\nmessage M { int32 a_b = 1; int32 aB = 2; }', "refuses it: duplicate json_name (aB)"),
+    ('syntax = "proto3";\nmessage M { map<string, int32> f = 1; message FEntry {} }', "duplicate symbol 'M.FEntry'"),
+    ('syntax = "proto2";\nmessage M { optional int32 a = 1 [default = abc]; }', "Invalid default 'abc' for field M.a"),
 ])
 def test_malformed_text_is_42201_naming_its_line_and_what_was_wrong(text, says):
     with pytest.raises(RegistryError) as refused:
