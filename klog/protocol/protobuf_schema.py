@@ -397,7 +397,7 @@ class _Parser:
         return Option(name, self.option_value())
 
     def option_value(self) -> Any:
-        if self.is_symbol("{"):
+        if self.is_symbol("{") or self.is_symbol("<"):
             return self.aggregate()
         if self.is_symbol("["):
             return self.value_list()
@@ -415,10 +415,13 @@ class _Parser:
         raise self.fail(f"expected an option value, found {token.text!r}")
 
     def aggregate(self) -> dict[str, Any]:
+        """A message value in text format: `{ a: 1 b { c: 2 } }`, or between < and > as protoc also reads it."""
         self.enter()
-        self.expect("{")
+        close = ">" if self.accept("<") else "}"
+        if close == "}":
+            self.expect("{")
         out: dict[str, Any] = {}
-        while not self.accept("}"):
+        while not self.accept(close):
             if self.accept("["):
                 key = "[" + self.word("an extension name") + "]"
                 self.expect("]")
@@ -427,7 +430,7 @@ class _Parser:
             colon = self.accept(":")
             if self.is_symbol("["):
                 value: Any = self.value_list()
-            elif self.is_symbol("{") or (not colon and self.is_symbol("<")):
+            elif self.is_symbol("{") or self.is_symbol("<"):
                 value = self.aggregate()
             else:
                 if not colon:

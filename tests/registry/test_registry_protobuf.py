@@ -230,6 +230,19 @@ option java_package = "\x41\101" 'b'
             parse_protobuf(f'syntax = "proto3";\noption java_package = {bad};', {})
 
 
+def test_aggregate_option_values_take_angle_brackets_as_protoc_does():
+    text = """syntax = "proto3";
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FileOptions { M opt = 50000; }
+message M { M b = 1; repeated M c = 2; int32 a = 3; }
+option (opt) = { b <a: 5> c: [<a: 7;>, {a: -8}] };
+"""
+    assert 'option (opt) = {\n  b: {\n    a: 5\n  },\n  c: [\n    {\n      a: 7\n    },\n    {\n      a: -8\n' \
+        '    }\n  ]\n};\n' in parse_protobuf(text, {}).text
+    with pytest.raises(RegistryError, match="line 5: expected a field name, found '}'"):
+        parse_protobuf(text.replace("<a: 5>", "<a: 5}"), {})
+
+
 def test_the_descriptor_resolves_types_maps_and_proto3_optional_as_protoc_writes_them():
     descriptor = parse_protobuf(ORDER, {}).descriptor
     order = descriptor.message_type[0]
