@@ -1390,7 +1390,21 @@ def decode_serialized(text: str) -> Any:
         out.ParseFromString(data)
     except (binascii.Error, ValueError, Exception) as e:  # noqa: BLE001 - protobuf's DecodeError and others
         raise ProtoError(f"not a .proto text nor a base64 FileDescriptorProto ({type(e).__name__})") from None
+    out.ClearField("source_code_info")  # comments and spans: not kept
+    _check_utf8(out)
     return out
+
+
+def _check_utf8(message: Any) -> None:
+    """ProtoError when a string of a decoded descriptor is not UTF-8 (protobuf gives such a proto2 string as
+    bytes, which no name or text may be)."""
+    for spec, value in message.ListFields():
+        values = value if _repeated(spec) else [value]
+        if spec.type == spec.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+            raise ProtoError(f"the descriptor's {spec.name} is not UTF-8 text")
+        if spec.message_type is not None:
+            for v in values:
+                _check_utf8(v)
 
 
 def looks_serialized(text: str) -> bool:

@@ -361,6 +361,17 @@ def test_long_texts_and_descriptors_are_refused_past_their_bounds(monkeypatch):
         parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {})
 
 
+def test_a_descriptor_whose_strings_are_not_utf8_is_refused():
+    """protobuf gives a proto2 string that is not UTF-8 as bytes: each place a name was used raised (a 500)."""
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    file.message_type.add(name="Zz").field.add(name="a", number=1, type=5, label=1)
+    file.service.add(name="S").method.add(name="Get", input_type=".Zz", output_type=".Zz")
+    data = file.SerializeToString()
+    for spoiled in (data.replace(b"Zz", b"\xff\xfe", 1), data.replace(b"Get", b"G\xc3\x28")):
+        with pytest.raises(RegistryError, match="is not UTF-8 text"):
+            parse_protobuf(base64.b64encode(spoiled).decode(), {})
+
+
 def schema(text: str) -> protobuf_compat.Schema:
     return parse_protobuf(text, {}).schema
 
