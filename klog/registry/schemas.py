@@ -475,6 +475,14 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
+    def _parse_stored(self, subject: str | None = None) -> None:
+        """The stored versions (of `subject`, or all) parsed before the lock is taken, so that requests that
+        need only the tables (a consumer's GET of a schema by id) do not wait while the first request after a
+        start parses every stored schema (kept: later requests find them parsed)."""
+        for v in list(self.versions.values()):
+            if subject is None or v.subject == subject:
+                self._parsed_of(v)
+
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
         return parse(text, schema_type, self._referenced(references, schema_type))
 
@@ -483,6 +491,7 @@ class Registry:
                references: list[dict[str, Any]] | None = None) -> Version:
         references = references or []
         key = canonical(self._parse(text, schema_type, references), schema_type, references)
+        self._parse_stored(subject)
         with self.lock:
             found = self.live(subject, deleted)
             for v in found:
@@ -541,6 +550,7 @@ class Registry:
         key = canonical(parsed, schema_type, references)
         if schema_type == "PROTOBUF":
             text = parsed.text
+        self._parse_stored()  # its id is the one any subject's version of this schema has
         version = Version(subject, 0, 0, text, schema_type=schema_type, references=references)
         for _ in range(2):
             with self.lock:

@@ -17,6 +17,7 @@ pytest.importorskip("google.protobuf", reason="Protobuf schemas need the protobu
 
 from google.protobuf import descriptor_pb2  # noqa: E402
 
+import klog  # noqa: E402
 from klog.protocol import protobuf_compat  # noqa: E402
 from klog.protocol.protobuf_schema import (  # noqa: E402
     ProtoError,
@@ -26,7 +27,8 @@ from klog.protocol.protobuf_schema import (  # noqa: E402
     parse_text,
     well_known,
 )
-from klog.registry.schemas import RegistryError, parse_protobuf  # noqa: E402
+from klog.registry import schemas  # noqa: E402
+from klog.registry.schemas import Registry, RegistryError, parse_protobuf  # noqa: E402
 from tests.registry.helpers import serving  # noqa: E402
 
 
@@ -460,6 +462,31 @@ def test_types_from_other_reference_versions_are_compared_once_a_pair():
     new = parse_protobuf(main, {"c.proto": (parse_protobuf(changed, {}), "c:3")})
     kinds = [kind for kind, _ in protobuf_compat.differences(old.schema, new.schema)]
     assert kinds.count("FIELD_SCALAR_KIND_CHANGED") == 1 and kinds.count("FIELD_NAMED_TYPE_CHANGED") == 61
+
+
+def test_stored_versions_are_parsed_outside_the_registry_lock(data_dir, monkeypatch):
+    """After a start no stored version is parsed: the first register or lookup parses them before it takes the
+    lock, which every other request (a GET of a schema by id) waits for."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        for subject in ("a", "b"):
+            registry.register(subject, f'syntax = "proto3";\nmessage {subject.upper()} {{ int32 x = 1; }}', "PROTOBUF")
+        registry._stored.clear()  # as after a start
+        under_lock = []
+
+        def parse_spy(*args, **kwargs):
+            under_lock.append(registry.lock._is_owned())
+            return real_parse(*args, **kwargs)
+        real_parse = schemas.parse
+        monkeypatch.setattr(schemas, "parse", parse_spy)
+        registry.register("c", 'syntax = "proto3";\nmessage C { int32 x = 1; }', "PROTOBUF")
+        registry._stored.clear()
+        registry.lookup("a", 'syntax = "proto3";\nmessage A { int32 x = 1; }', schema_type="PROTOBUF")
+        assert len(under_lock) >= 5 and not any(under_lock)
+    finally:
+        registry.close()
+        store.close()
 
 
 # -- over HTTP ---------------------------------------------------------------------------------------------
