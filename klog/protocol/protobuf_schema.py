@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -714,7 +716,9 @@ def parse_text(text: str) -> ProtoFile:
 
 def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
     """What protoc refuses and a client's descriptor pool would: two fields with one number or name, two
-    types with one name in a scope."""
+    types with one name in a scope; and what protoc refuses past the pool's checks: a field named as another
+    symbol of its message, a reserved number or name used, an extension range over a field, an enum number
+    twice without allow_alias."""
     declared: set[str] = set()
     for t in types:
         if t.name in declared:
@@ -722,16 +726,64 @@ def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
         declared.add(t.name)
     for t in types:
         full = where + t.name
-        if isinstance(t, Message):
-            seen: dict[int, str] = {}
-            for f in t.all_fields():
-                if f.number in seen:
-                    raise ProtoError(f"fields {seen[f.number]} and {f.name} of {full} have the same number {f.number}")
-                seen[f.number] = f.name
-            names = [f.name for f in t.all_fields()]
-            if len(set(names)) != len(names):
-                raise ProtoError(f"a field name is used twice in {full}")
-            _check_numbers(t.nested, full + ".")
+        if isinstance(t, Enum):
+            _check_enum(t, full)
+            continue
+        seen: dict[int, str] = {}
+        reserved, extensions = _Taken(t.reserved), _Taken(t.extensions)
+        for f in t.all_fields():
+            if f.number in seen:
+                raise ProtoError(f"fields {seen[f.number]} and {f.name} of {full} have the same number {f.number}")
+            seen[f.number] = f.name
+            reserved.check(f.name, f.number, f"field {f.name} of {full}")
+            if extensions.covers(f.number):
+                raise ProtoError(f"field {f.name} of {full}: its number {f.number} is in an extensions range")
+        symbols = [f.name for f in t.all_fields()] + [o.name for o in t.oneofs] + [n.name for n in t.nested] + \
+            [c.name for n in t.nested if isinstance(n, Enum) for c in n.constants]  # (an enum's values are its
+        names: set[str] = set()                                                    # siblings, as in C++)
+        for name in symbols:
+            if name in names:
+                raise ProtoError(f"{full}.{name} is declared twice (fields, oneofs, nested types and nested "
+                                 "enums' values share one scope)")
+            names.add(name)
+        _check_numbers(t.nested, full + ".")
+
+
+class _Taken:
+    """The names and numbers of reserved (or extensions) statements, each number looked up in log time (a
+    hostile file has as many of them as fields)."""
+
+    def __init__(self, statements: list[list[Any]]) -> None:
+        values = [v for statement in statements for v in statement]
+        self.names = {v for v in values if isinstance(v, str)}
+        self.spans: list[tuple[int, int]] = []
+        for start, end in sorted(v if isinstance(v, tuple) else (v, v) for v in values if not isinstance(v, str)):
+            if self.spans and start <= self.spans[-1][1]:
+                self.spans[-1] = (self.spans[-1][0], max(end, self.spans[-1][1]))
+            else:
+                self.spans.append((start, end))
+
+    def covers(self, number: int) -> bool:
+        at = bisect.bisect_right(self.spans, (number, math.inf)) - 1
+        return at >= 0 and self.spans[at][1] >= number
+
+    def check(self, name: str, number: int, what: str) -> None:
+        if name in self.names:
+            raise ProtoError(f"{what}: its name is reserved")
+        if self.covers(number):
+            raise ProtoError(f"{what}: its number {number} is reserved")
+
+
+def _check_enum(e: Enum, full: str) -> None:
+    aliased = any(o.name == "allow_alias" and str(o.value) == "true" for o in e.options)
+    seen: dict[int, str] = {}
+    reserved = _Taken(e.reserved)
+    for c in e.constants:
+        if c.number in seen and not aliased:
+            raise ProtoError(f"enum {full}: {c.name} has the number of {seen[c.number]} ({c.number}) and the enum "
+                             "has no option allow_alias = true")
+        seen.setdefault(c.number, c.name)
+        reserved.check(c.name, c.number, f"enum value {c.name} of {full}")
 
 
 # -- the canonical text ----------------------------------------------------------------------------------

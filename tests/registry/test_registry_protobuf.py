@@ -334,6 +334,16 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\nmessage M { int32 a_b = 1; int32 aB = 2; }', "refuses it: duplicate json_name (aB)"),
     ('syntax = "proto3";\nmessage M { map<string, int32> f = 1; message FEntry {} }', "duplicate symbol 'M.FEntry'"),
     ('syntax = "proto2";\nmessage M { optional int32 a = 1 [default = abc]; }', "Invalid default 'abc' for field M.a"),
+    # what protoc refuses past the pool's checks
+    ('syntax = "proto3";\nmessage M { message a {} int32 a = 1; }', "M.a is declared twice (fields, oneofs"),
+    ('syntax = "proto3";\nmessage M { enum E { B = 0; } string B = 1; }', "M.B is declared twice"),
+    ('syntax = "proto3";\nmessage M { oneof a { int32 b = 1; } int32 a = 2; }', "M.a is declared twice"),
+    ('syntax = "proto3";\nmessage M { reserved 2 to 4; int32 a = 3; }', "field a of M: its number 3 is reserved"),
+    ('syntax = "proto3";\nmessage M { reserved "a"; int32 a = 3; }', "field a of M: its name is reserved"),
+    ('syntax = "proto2";\nmessage M { extensions 10 to max; optional int32 a = 30; }', "30 is in an extensions range"),
+    ('syntax = "proto3";\nenum E { A = 0; B = 0; }', "enum E: B has the number of A (0) and the enum has no option "
+                                                     "allow_alias = true"),
+    ('syntax = "proto3";\nenum E { A = 0; B = 1; reserved 1; }', "enum value B of E: its number 1 is reserved"),
 ])
 def test_malformed_text_is_42201_naming_its_line_and_what_was_wrong(text, says):
     with pytest.raises(RegistryError) as refused:
