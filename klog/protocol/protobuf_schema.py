@@ -1523,8 +1523,9 @@ def well_known() -> dict[str, ProtoFile]:
 
 def identity(descriptor: Any, proto: ProtoFile) -> bytes:
     """What makes two registrations the same Protobuf schema, .proto text or serialized alike: the resolved
-    descriptor, its fields by number and nested types by name (text and descriptors order them differently;
-    a top-level message's place is kept: it is the message index), and the custom options (not in it)."""
+    descriptor, its fields by number, nested enums by name, nested messages in their order (a message's place
+    among its siblings is its message index, nested or not) with the map entries protoc puts among them
+    last, by name (a text's are not declared), and the custom options (not in the descriptor)."""
     copy = type(descriptor)()
     copy.CopyFrom(descriptor)
     copy.name = ""
@@ -1536,8 +1537,8 @@ def identity(descriptor: Any, proto: ProtoFile) -> bytes:
         fields = sorted(message.field, key=lambda f: f.number)
         del message.field[:]
         message.field.extend(fields)
-        for kind in ("nested_type", "enum_type"):
-            items = sorted(getattr(message, kind), key=lambda t: t.name)
+        for kind, place in (("nested_type", _nested_place), ("enum_type", lambda t: t.name)):
+            items = sorted(getattr(message, kind), key=place)
             del getattr(message, kind)[:]
             getattr(message, kind).extend(items)
         for nested in message.nested_type:
@@ -1546,6 +1547,11 @@ def identity(descriptor: Any, proto: ProtoFile) -> bytes:
         order(message)
     custom = [_option(o) for o in _all_options(proto) if o.name.startswith("(")]
     return copy.SerializeToString(deterministic=True) + "\n".join(custom).encode()
+
+
+def _nested_place(nested: Any) -> tuple[bool, str]:
+    """A nested message's sort key (a stable sort): declared ones keep their order, map entries go last."""
+    return (True, nested.name) if nested.options.map_entry else (False, "")
 
 
 def _json_name(name: str) -> str:

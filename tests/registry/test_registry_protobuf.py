@@ -281,6 +281,26 @@ def test_the_serialized_form_and_the_text_are_one_schema():
     assert identity(stored.descriptor, stored.schema.proto) == identity(again.descriptor, again.schema.proto)
 
 
+def test_nested_messages_keep_their_places_in_a_schemas_identity():
+    """A nested message's place is its message index: two schemas that order nested messages apart are two
+    schemas (a consumer resolving index [0, 1] against the other would read the wrong type); the map entries
+    protoc puts among them (a text declares none) do not count."""
+    text = 'syntax = "proto3";\nmessage O {\n  map<string, int32> m = 1;\n  message X {}\n  message Y {}\n}\n'
+    swapped = parse_protobuf(text.replace("message X {}\n  message Y {}", "message Y {}\n  message X {}"), {})
+    parsed = parse_protobuf(text, {})
+    assert identity(swapped.descriptor, swapped.schema.proto) != identity(parsed.descriptor, parsed.schema.proto)
+    as_protoc = descriptor_pb2.FileDescriptorProto()
+    as_protoc.CopyFrom(parsed.descriptor)
+    nested = as_protoc.message_type[0].nested_type
+    protoc_order = [descriptor_pb2.DescriptorProto.FromString(n.SerializeToString()) for n in (nested[2], nested[0],
+                                                                                            nested[1])]
+    del nested[:]
+    nested.extend(protoc_order)  # protoc writes MEntry where its field is, before X and Y
+    assert [n.name for n in nested] == ["MEntry", "X", "Y"]
+    again = parse_protobuf(base64.b64encode(as_protoc.SerializeToString()).decode(), {})
+    assert identity(again.descriptor, again.schema.proto) == identity(parsed.descriptor, parsed.schema.proto)
+
+
 def test_well_known_files_resolve_without_references():
     files = well_known()
     for name in ("google/protobuf/timestamp.proto", "google/protobuf/any.proto", "google/protobuf/wrappers.proto",
