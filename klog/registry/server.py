@@ -283,7 +283,12 @@ class RegistryServer:
                     self.close_connection = True
                     raise RegistryError(400, 400, "the request body ended before its Content-Length")
                 try:
-                    return json.loads(data) if data else None
+                    body = json.loads(data) if data else None
+                    if b"\\u" in data:  # an escaped lone surrogate ("\ud800") is no character: stored, it
+                        json.dumps(body, ensure_ascii=False).encode()  # could not be written as UTF-8
+                    return body
+                except UnicodeEncodeError:
+                    raise RegistryError(400, 400, "the request body has half a UTF-16 surrogate pair") from None
                 except (ValueError, RecursionError):
                     raise RegistryError(400, 400, "the request body is not JSON") from None
 

@@ -542,6 +542,20 @@ def test_register_text_and_serialized_forms_get_one_id_and_answer_confluents_for
     assert (status, refused["error_code"]) == (422, 42201) and "line 4" in refused["message"]
 
 
+def test_a_body_with_half_a_surrogate_pair_is_a_400_not_a_500(url):
+    """json reads "\\ud800" as a lone surrogate, which cannot be written to _schemas as UTF-8 (it was a 500)."""
+    for schema_type, text in (("AVRO", '{"type": "record", "name": "R", "doc": "\\ud800", "fields": []}'),
+                              ("PROTOBUF", 'syntax = "proto3";\noption java_package = "\\ud800";')):
+        escaped = json.dumps(text).replace("\\\\ud800", "\\ud800")  # the schema's text has the half pair itself
+        body = f'{{"schemaType": "{schema_type}", "schema": {escaped}}}'
+        request = urllib.request.Request(url + "/subjects/s/versions", data=body.encode(), method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400
+        assert json.loads(refused.value.read())["message"] == "the request body has half a UTF-16 surrogate pair"
+    assert call(url, "GET", "/subjects") == (200, [])
+
+
 def test_references_resolve_are_answered_and_guard_deletion(url):
     money = 'syntax = "proto3";\npackage shop.common;\nmessage Money { int64 units = 1; string currency = 2; }\n'
     assert register(url, "money", money) == (200, {"id": 1})
