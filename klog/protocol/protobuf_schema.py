@@ -146,7 +146,7 @@ MAX_TOKENS = 200_000  # ~20 times Google's descriptor.proto; a longer text is re
 MAX_ELEMENTS = 50_000  # the same for a serialized schema: its messages, fields, enums and enum values
 # one token with the whitespace and comments before it
 _TOKEN = re.compile(r"""
-    (?P<skip>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)
+    (?P<skip>(?>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*))  # atomic: never split again (exponential)
     (?: (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
       | (?P<number>(?:0[xX][0-9a-fA-F]+|[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?))
       | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
@@ -234,7 +234,7 @@ def tokenize(text: str) -> list[Token]:
         pos = m.end()
 
 
-_TOKEN_SKIP = re.compile(r"(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
+_TOKEN_SKIP = re.compile(r"(?>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)", re.DOTALL)
 
 
 # -- the parser ------------------------------------------------------------------------------------------

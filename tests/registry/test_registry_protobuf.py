@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -377,6 +378,18 @@ def test_a_large_file_parses_without_recursion_or_delay():
     assert len(parse_protobuf(text, {}).descriptor.message_type) == 3000
     with pytest.raises(ProtoError):
         parse_text("message M { " + "x" * 200_000)
+
+
+def test_whitespace_before_a_bad_character_is_read_once():
+    """The tokenizer's whitespace-and-comments group is atomic: it was split again every way before a character
+    no token starts with (26 spaces took ~15 s, each more doubled it: one request pinned a worker)."""
+    for tail in ("@", "/* open", "'open\n", "// a // b // c\n@"):
+        started = time.perf_counter()
+        with pytest.raises(ProtoError):
+            parse_text("message M {" + " " * 26 + tail)
+        assert time.perf_counter() - started < 0.5, tail
+    with pytest.raises(ProtoError, match="line 3001: unexpected character '@'"):
+        parse_text("message M {" + " // a // b\n" * 3000 + "@")
 
 
 def test_long_texts_and_descriptors_are_refused_past_their_bounds(monkeypatch):
