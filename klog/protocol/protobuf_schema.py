@@ -166,6 +166,12 @@ _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v
             '"': '"', "?": "?"}
 
 
+_HEX_ESCAPE = re.compile(r"[0-9a-fA-F]{1,2}")
+_OCTAL_ESCAPE = re.compile(r"[0-7]{1,3}")
+_UNICODE_ESCAPE = re.compile(r"[0-9a-fA-F]{4}")
+_LONG_UNICODE_ESCAPE = re.compile(r"[0-9a-fA-F]{8}")
+
+
 def _unescape(body: str, line: int) -> str:
     out, i = [], 0
     while i < len(body):
@@ -178,15 +184,15 @@ def _unescape(body: str, line: int) -> str:
         if nxt in _ESCAPES:
             out.append(_ESCAPES[nxt])
             i += 2
-        elif nxt in "xX" and (m := re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:])):
-            out.append(chr(int(m.group(), 16)))
-            i += 2 + len(m.group())
-        elif m := re.match(r"[0-7]{1,3}", body[i + 1:]):
+        elif nxt in "xX" and (m := _HEX_ESCAPE.match(body, i + 2)):  # matched in place: a slice of the rest at
+            out.append(chr(int(m.group(), 16)))                         # each escape was quadratic
+            i = m.end()
+        elif m := _OCTAL_ESCAPE.match(body, i + 1):
             out.append(chr(int(m.group(), 8)))
-            i += 1 + len(m.group())
-        elif nxt in "uU" and (m := re.match(r"[0-9a-fA-F]{4}" if nxt == "u" else r"[0-9a-fA-F]{8}", body[i + 2:])):
+            i = m.end()
+        elif nxt in "uU" and (m := (_UNICODE_ESCAPE if nxt == "u" else _LONG_UNICODE_ESCAPE).match(body, i + 2)):
             out.append(_code_point(int(m.group(), 16), line))  # protoc's Unicode escapes
-            i += 2 + len(m.group())
+            i = m.end()
         else:
             raise ProtoError(f"line {line}: unknown escape \\{nxt} in a string")
     text = "".join(out)
@@ -206,7 +212,8 @@ def _code_point(value: int, line: int) -> str:
 
 def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
-    line, pos = 1, 0
+    more: dict[int, list[str]] = {}  # a string token's later pieces ("a" "b"), joined at the end: linear
+    line, pos, read = 1, 0, 0
     while True:
         m = _TOKEN.match(text, pos)
         if m is None:  # what follows the whitespace is no token
@@ -220,15 +227,17 @@ def tokenize(text: str) -> list[Token]:
         line += text.count("\n", pos, m.end("skip"))
         kind, value = m.lastgroup or "", m.group(m.lastgroup or 0)
         if kind == "end":
+            for at, pieces in more.items():
+                tokens[at].text += "".join(pieces)
             return tokens
-        if kind == "string":
-            if tokens and tokens[-1].kind == "string":  # "a" "b" is one string, as protoc reads it
-                tokens[-1].text += _unescape(value[1:-1], line)
-            else:
-                tokens.append(Token("string", _unescape(value[1:-1], line), line))
+        if kind == "string" and tokens and tokens[-1].kind == "string":  # "a" "b" is one string, as protoc
+            more.setdefault(len(tokens) - 1, []).append(_unescape(value[1:-1], line))  # reads it
+        elif kind == "string":
+            tokens.append(Token("string", _unescape(value[1:-1], line), line))
         else:
             tokens.append(Token(kind, value, line))
-        if len(tokens) > MAX_TOKENS:
+        read += 1
+        if read > MAX_TOKENS:
             raise ProtoError(f"line {line}: the schema is longer than {MAX_TOKENS} tokens")
         line += value.count("\n")
         pos = m.end()
