@@ -938,9 +938,11 @@ def canonical_text(proto: ProtoFile) -> str:
     out = f'syntax = "{proto.syntax}";\n' if proto.syntax else ""
     if proto.package:
         out += f"package {proto.package};\n"
-    if proto.imports or proto.public_imports:
+    # weak imports too, as Wire writes them: Confluent's drops them, and its stored text would not parse again
+    if proto.imports or proto.public_imports or proto.weak_imports:
         out += "\n" + "".join(f'import "{i}";\n' for i in proto.imports) + \
-            "".join(f'import public "{i}";\n' for i in proto.public_imports)
+            "".join(f'import public "{i}";\n' for i in proto.public_imports) + \
+            "".join(f'import weak "{i}";\n' for i in proto.weak_imports)
     if proto.options:
         out += "\n" + "".join(_option_statement(o) for o in proto.options)
     if proto.types:

@@ -525,6 +525,22 @@ def test_types_from_other_reference_versions_are_compared_once_a_pair():
     assert kinds.count("FIELD_SCALAR_KIND_CHANGED") == 1 and kinds.count("FIELD_NAMED_TYPE_CHANGED") == 61
 
 
+def test_a_weak_import_is_kept_in_the_stored_text(data_dir):
+    """Confluent's canonical text drops `import weak`: stored so, the text no longer resolved its types, so the
+    version matched no lookup and no comparison could parse it."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        text = 'syntax = "proto3";\nimport weak "google/protobuf/any.proto";\nmessage M { google.protobuf.Any a = 1; }'
+        assert registry.register("s", text, "PROTOBUF") == 1
+        assert 'import weak "google/protobuf/any.proto";\n' in registry.version("s", "1").schema
+        assert registry.lookup("s", text, schema_type="PROTOBUF").id == 1
+        assert registry.register("s", text.replace("a = 1;", "a = 1; int32 b = 2;"), "PROTOBUF") == 2
+    finally:
+        registry.close()
+        store.close()
+
+
 def test_stored_versions_are_parsed_outside_the_registry_lock(data_dir, monkeypatch):
     """After a start no stored version is parsed: the first register or lookup parses them before it takes the
     lock, which every other request (a GET of a schema by id) waits for."""
