@@ -872,9 +872,10 @@ def _extend_text(e: Extend) -> str:
 def _field_text(f: Field) -> str:
     out = (f.label + " " if f.label else "") + f"{f.type} {f.name} = {f.number}"
     options = list(f.options)
-    if f.default is not None:
-        kind = f.type.rsplit(".", 1)[-1]
-        options.append(Option("default", f.default if kind == "string" else Raw(f.default)))
+    if f.default is not None:  # unquoted but a string's, as Confluent writes it; a bytes default that would not
+        kind = f.type.rsplit(".", 1)[-1]  # read back as one word is quoted, so that the stored text parses again
+        quoted = kind == "string" or (kind == "bytes" and not re.fullmatch(r"[A-Za-z0-9_.+-]+", f.default))
+        options.append(Option("default", f.default if quoted else Raw(f.default)))
     if f.json_name is not None:
         options.append(Option("json_name", f.json_name))
     if options:

@@ -180,6 +180,16 @@ def test_proto2_labels_defaults_and_extension_ranges_are_kept():
         == (100, 200)
 
 
+def test_a_bytes_default_is_quoted_when_it_would_not_read_back_as_one_word():
+    """Confluent writes a bytes default unquoted (as a number): `default = a b` did not parse again."""
+    for default, written in (("ab", "[default = ab]"), ("a b\\x00\\377", '[default = "a b\x00\u00ff"]')):
+        text = f'syntax = "proto2";\nmessage M {{ optional bytes b = 1 [default = "{default}"]; }}'
+        parsed = parse_protobuf(text, {})
+        assert f"  optional bytes b = 1 {written};\n" in parsed.text
+        again = parse_protobuf(parsed.text, {})
+        assert identity(again.descriptor, again.schema.proto) == identity(parsed.descriptor, parsed.schema.proto)
+
+
 def test_extend_blocks_declare_custom_options():
     text = """syntax = "proto3";
 package shop.options;
