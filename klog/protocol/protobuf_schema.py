@@ -252,6 +252,7 @@ class _Parser:
         self.tokens = tokenize(text)
         self.at = 0
         self.depth = 0
+        self.imported: set[str] = set()
 
     # reading tokens
     def peek(self, ahead: int = 0) -> Token | None:
@@ -360,7 +361,11 @@ class _Parser:
             if kind is not None and kind.kind == "word" and kind.text in ("public", "weak"):
                 self.next()
                 target = out.public_imports if kind.text == "public" else out.weak_imports
-            target.append(self.string("the imported file's name"))
+            imported = self.string("the imported file's name")
+            if imported in self.imported:
+                raise ProtoError(f"line {token.line}: {imported!r} is imported twice")
+            self.imported.add(imported)
+            target.append(imported)
             self.expect(";")
         elif keyword == "option":
             out.options.append(self.option_statement())
@@ -515,6 +520,8 @@ class _Parser:
             self.next()
             out.reserved.append(self.ranges("reserved", TAGS, names=True))
         elif keyword == "extensions" and not self._is_field_named():
+            if proto3:
+                raise self.fail(f"message {out.name}: proto3 has no extensions ranges")
             self.next()
             out.extensions.append(self.ranges("extensions", TAGS, names=False))
             self.bracket_options()  # extension range options: dropped with the ranges' declarations

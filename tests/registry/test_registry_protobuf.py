@@ -366,6 +366,9 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\nmessage M { map<string, int32> f = 1; message FEntry {} }', "duplicate symbol 'M.FEntry'"),
     ('syntax = "proto2";\nmessage M { optional int32 a = 1 [default = abc]; }', "Invalid default 'abc' for field M.a"),
     ('syntax = "proto3";\nmessage M {\n reserved "a", "b\\nc"; }', "line 3: reserved name 'b\\nc' is not a name"),
+    ('syntax = "proto3";\nimport "google/protobuf/any.proto";\nimport public "google/protobuf/any.proto";',
+     "line 3: 'google/protobuf/any.proto' is imported twice"),
+    ('syntax = "proto3";\nmessage M {\n  extensions 100 to 200; }', "line 3: message M: proto3 has no extensions"),
     # what protoc refuses past the pool's checks
     ('syntax = "proto3";\nmessage M { message a {} int32 a = 1; }', "M.a is declared twice (fields, oneofs"),
     ('syntax = "proto3";\nmessage M { enum E { B = 0; } string B = 1; }', "M.B is declared twice"),
