@@ -248,7 +248,8 @@ _TOKEN_SKIP = re.compile(r"(?>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)", re.DOTAL
 
 # -- the parser ------------------------------------------------------------------------------------------
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, strict: bool = True) -> None:
+        self.strict = strict
         self.tokens = tokenize(text)
         self.at = 0
         self.depth = 0
@@ -362,7 +363,7 @@ class _Parser:
                 self.next()
                 target = out.public_imports if kind.text == "public" else out.weak_imports
             imported = self.string("the imported file's name")
-            if imported in self.imported:
+            if imported in self.imported and self.strict:
                 raise ProtoError(f"line {token.line}: {imported!r} is imported twice")
             self.imported.add(imported)
             target.append(imported)
@@ -520,7 +521,7 @@ class _Parser:
             self.next()
             out.reserved.append(self.ranges("reserved", TAGS, names=True))
         elif keyword == "extensions" and not self._is_field_named():
-            if proto3:
+            if proto3 and self.strict:
                 raise self.fail(f"message {out.name}: proto3 has no extensions ranges")
             self.next()
             out.extensions.append(self.ranges("extensions", TAGS, names=False))
@@ -726,18 +727,20 @@ class _Parser:
         return kind, stream
 
 
-def parse_text(text: str) -> ProtoFile:
-    """A .proto file's text parsed (ProtoError naming the line of what is wrong)."""
-    out = _Parser(text).file()
-    _check_numbers(out.types)
+def parse_text(text: str, strict: bool = True) -> ProtoFile:
+    """A .proto file's text parsed (ProtoError naming the line of what is wrong). Not `strict` (a stored
+    version, which Confluent's registry may have taken): only what no descriptor can hold is refused, not what
+    protoc refuses past that (a reserved number used, a file imported twice, ...)."""
+    out = _Parser(text, strict).file()
+    _check_numbers(out.types, "", strict)
     return out
 
 
-def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
+def _check_numbers(types: list[Message | Enum], where: str = "", strict: bool = True) -> None:
     """What protoc refuses and a client's descriptor pool would: two fields with one number or name, two
-    types with one name in a scope; and what protoc refuses past the pool's checks: a field named as another
-    symbol of its message, a reserved number or name used, an extension range over a field, an enum number
-    twice without allow_alias."""
+    types with one name in a scope; and (`strict`) what protoc refuses past the pool's checks: a field named
+    as another symbol of its message, a reserved number or name used, an extension range over a field, an
+    enum number twice without allow_alias."""
     declared: set[str] = set()
     for t in types:
         if t.name in declared:
@@ -746,7 +749,8 @@ def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
     for t in types:
         full = where + t.name
         if isinstance(t, Enum):
-            _check_enum(t, full)
+            if strict:
+                _check_enum(t, full)
             continue
         seen: dict[int, str] = {}
         reserved, extensions = _Taken(t.reserved), _Taken(t.extensions)
@@ -754,18 +758,22 @@ def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
             if f.number in seen:
                 raise ProtoError(f"fields {seen[f.number]} and {f.name} of {full} have the same number {f.number}")
             seen[f.number] = f.name
+            if not strict:
+                continue
             reserved.check(f.name, f.number, f"field {f.name} of {full}")
             if extensions.covers(f.number):
                 raise ProtoError(f"field {f.name} of {full}: its number {f.number} is in an extensions range")
-        symbols = [f.name for f in t.all_fields()] + [o.name for o in t.oneofs] + [n.name for n in t.nested] + \
-            [c.name for n in t.nested if isinstance(n, Enum) for c in n.constants]  # (an enum's values are its
-        names: set[str] = set()                                                    # siblings, as in C++)
+        symbols = [f.name for f in t.all_fields()]
+        if strict:  # an enum's values are its siblings, as in C++
+            symbols += [o.name for o in t.oneofs] + [n.name for n in t.nested] + \
+                [c.name for n in t.nested if isinstance(n, Enum) for c in n.constants]
+        names: set[str] = set()
         for name in symbols:
             if name in names:
                 raise ProtoError(f"{full}.{name} is declared twice (fields, oneofs, nested types and nested "
                                  "enums' values share one scope)")
             names.add(name)
-        _check_numbers(t.nested, full + ".")
+        _check_numbers(t.nested, full + ".", strict)
 
 
 class _Taken:
@@ -1264,12 +1272,14 @@ class _Builder:
         return out
 
 
-def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str = "default") -> Any:
+def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str = "default",
+                  strict: bool = True) -> Any:
     """The FileDescriptorProto of a parsed file, its type names resolved against itself and `dependencies`
     (import name -> parsed file; ProtoError naming an import not among them or a type defined nowhere), checked
-    as protoc and a client's descriptor pool check it (check_in_pool)."""
+    (`strict`) as protoc and a client's descriptor pool check it (check_in_pool)."""
     out = _build(proto, dependencies, name)
-    check_in_pool(out, dependencies)
+    if strict:
+        check_in_pool(out, dependencies)
     return out
 
 

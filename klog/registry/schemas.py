@@ -199,22 +199,23 @@ class ParsedProto:
     text: str
 
 
-def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]]) -> ParsedProto:
+def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]], strict: bool = True) -> ParsedProto:
     """A Protobuf schema, as .proto text or base64 FileDescriptorProto, parsed against its references (import
     name -> (the referenced schema parsed, "subject:version")) and the well-known files: 42201 naming the
-    line and what was wrong, the import or the type nothing declares."""
+    line and what was wrong, the import or the type nothing declares. `strict` (a request's schema): what
+    protoc refuses past that too; a stored version is parsed as Confluent's registry took it."""
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
         model = proto.from_descriptor(proto.decode_serialized(text)) if proto.looks_serialized(text) else \
-            proto.parse_text(text)
+            proto.parse_text(text, strict)
         dependencies = dict(proto.well_known())
         origins: dict[str, str | None] = {}
         for name, (ref, origin) in referenced.items():  # a reference's own dependencies come with it
             dependencies.update(ref.schema.dependencies)
             origins.update(ref.schema.origins)
             dependencies[name], origins[name] = ref.schema.proto, origin
-        descriptor = proto.to_descriptor(model, dependencies)
+        descriptor = proto.to_descriptor(model, dependencies, strict=strict)
         return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor,
                            proto.canonical_text(model))
     except proto.ProtoError as e:
@@ -223,11 +224,12 @@ def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]]) ->
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
 
 
-def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
+def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None,
+          strict: bool = True) -> Any:
     """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf or Avro one with
     its references, parsed (JSON Schema's references are refused before)."""
     if schema_type == "PROTOBUF":
-        return parse_protobuf(text, referenced or {})
+        return parse_protobuf(text, referenced or {}, strict)
     return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
 
 
@@ -386,7 +388,8 @@ class Registry:
         hit = self._stored.get(where)
         if hit is None:
             try:
-                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1))
+                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1),
+                               strict=False)  # what Confluent's registry took, as klog refuses no stored version
             except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 return None
             hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))

@@ -555,6 +555,24 @@ def test_a_weak_import_is_kept_in_the_stored_text(data_dir):
         store.close()
 
 
+def test_a_stored_version_protoc_would_refuse_is_still_served_and_compared(data_dir):
+    """What Confluent's registry took (its own tests reserve 1 and use it) is read from _schemas as it is: a
+    new version is compared with it (it was 'a version it is compared with cannot be parsed'); a request's
+    schema is checked as protoc checks it."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        taken = 'syntax = "proto3";\n\nmessage M {\n  reserved 1;\n\n  string id = 1;\n}\n'
+        registry._write_version(schemas.Version("s", 1, 1, taken, schema_type="PROTOBUF"))
+        assert registry.canonical_of(registry.version("s", "1")) is not None
+        assert registry.register("s", taken.replace("reserved 1;", "reserved 3;"), "PROTOBUF") == 2
+        with pytest.raises(RegistryError, match="field id of M: its number 1 is reserved"):
+            registry.register("t", taken, "PROTOBUF")
+    finally:
+        registry.close()
+        store.close()
+
+
 def test_stored_versions_are_parsed_outside_the_registry_lock(data_dir, monkeypatch):
     """After a start no stored version is parsed: the first register or lookup parses them before it takes the
     lock, which every other request (a GET of a schema by id) waits for."""
