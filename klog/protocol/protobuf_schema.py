@@ -633,7 +633,8 @@ class _Parser:
         while True:
             token = self.peek()
             if names and token is not None and token.kind == "string":
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token.text):  # as protoc: the text writes it raw
+                # refused as protoc refuses it (the canonical text writes a reserved name raw)
+                if self.strict and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token.text):
                     raise self.fail(f"reserved name {token.text!r} is not a name")
                 out.append(self.next().text)
             else:
