@@ -1342,12 +1342,25 @@ def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
     return out
 
 
+# the order Confluent's ProtobufSchema.toProtoFile writes a descriptor's file and field options in; other
+# options (and any not named here, after these) by field number, as it writes them
+_CONFLUENT_ORDER = {
+    "FileOptions": ("java_package", "java_outer_classname", "java_multiple_files", "java_generate_equals_and_hash",
+                    "optimize_for", "go_package", "cc_generic_services", "java_generic_services",
+                    "py_generic_services", "deprecated", "cc_enable_arenas", "objc_class_prefix", "csharp_namespace",
+                    "swift_prefix", "php_class_prefix", "php_namespace", "php_metadata_namespace", "ruby_package"),
+    "FieldOptions": ("ctype", "packed", "jstype", "deprecated", "debug_redact", "retention"),
+}
+
+
 def _options_of(message: Any) -> list[Option]:
-    """A descriptor's options message as Options (each set field, in field-number order)."""
+    """A descriptor's options message as Options (each set field, in Confluent's order)."""
     out: list[Option] = []
     if message is None:
         return out
-    for spec, value in message.ListFields():
+    order = _CONFLUENT_ORDER.get(message.DESCRIPTOR.name, ())
+    for spec, value in sorted(message.ListFields(), key=lambda item: (
+            order.index(item[0].name) if item[0].name in order else len(order), item[0].number)):
         if spec.name in ("uninterpreted_option", "features") or spec.message_type is not None:
             continue
         for v in value if _repeated(spec) else [value]:

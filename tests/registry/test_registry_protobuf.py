@@ -312,6 +312,21 @@ def test_nested_messages_keep_their_places_in_a_schemas_identity():
     assert identity(again.descriptor, again.schema.proto) == identity(parsed.descriptor, parsed.schema.proto)
 
 
+def test_a_descriptors_options_are_written_in_confluents_order():
+    """ProtobufSchema.toProtoFile writes file options java_multiple_files before optimize_for and field options
+    jstype before deprecated (not in field-number order): the stored text of a serialized schema is its."""
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    file.options.optimize_for = file.options.SPEED
+    file.options.java_multiple_files = True
+    file.options.java_package = "com.x"
+    field = file.message_type.add(name="M").field.add(name="a", number=1, type=3, label=1)
+    field.options.deprecated = True
+    field.options.jstype = field.options.JS_STRING
+    text = parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {}).text
+    assert 'option java_package = "com.x";\noption java_multiple_files = true;\noption optimize_for = SPEED;\n' in text
+    assert "  int64 a = 1 [\n    jstype = JS_STRING,\n    deprecated = true\n  ];\n" in text
+
+
 def test_well_known_files_resolve_without_references():
     files = well_known()
     for name in ("google/protobuf/timestamp.proto", "google/protobuf/any.proto", "google/protobuf/wrappers.proto",
