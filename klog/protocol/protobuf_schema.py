@@ -1346,10 +1346,11 @@ def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
 # options (and any not named here, after these) by field number, as it writes them
 _CONFLUENT_ORDER = {
     "FileOptions": ("java_package", "java_outer_classname", "java_multiple_files", "java_generate_equals_and_hash",
-                    "optimize_for", "go_package", "cc_generic_services", "java_generic_services",
-                    "py_generic_services", "deprecated", "cc_enable_arenas", "objc_class_prefix", "csharp_namespace",
-                    "swift_prefix", "php_class_prefix", "php_namespace", "php_metadata_namespace", "ruby_package"),
-    "FieldOptions": ("ctype", "packed", "jstype", "deprecated", "debug_redact", "retention"),
+                    "java_string_check_utf8", "optimize_for", "go_package", "cc_generic_services",
+                    "java_generic_services", "py_generic_services", "deprecated", "cc_enable_arenas",
+                    "objc_class_prefix", "csharp_namespace", "swift_prefix", "php_class_prefix", "php_namespace",
+                    "php_metadata_namespace", "ruby_package"),
+    "FieldOptions": ("ctype", "packed", "jstype", "deprecated", "debug_redact", "retention", "targets"),
 }
 
 
