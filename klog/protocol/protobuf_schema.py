@@ -22,6 +22,7 @@ import binascii
 import bisect
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1542,30 +1543,40 @@ _DECLARED = {
     "google/type/decimal.proto": 'syntax = "proto3"; package google.type; message Decimal { string value = 1; }',
 }
 _WELL_KNOWN: dict[str, ProtoFile] = {}
+_WELL_KNOWN_LOCK = threading.Lock()
 
 
 def well_known() -> dict[str, ProtoFile]:
     """Import name -> parsed file of each file a schema imports without a reference: google/protobuf/*.proto
     (from the protobuf package's own descriptors), confluent/meta.proto, confluent/type/decimal.proto and
-    google/type/*.proto (from googleapis-common-protos; without it, five of them)."""
-    if not _WELL_KNOWN:
-        import importlib
-
-        pb2 = _descriptor_pb2()
-        found = {name: parse_text(text) for name, text in _DECLARED.items()}
-        descriptors = {name: _build(file, {}, name) for name, file in found.items()}
-        modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
-            [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
-        for name in modules:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:  # google.type without googleapis-common-protos
-                continue
-            descriptor = pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
-            found[descriptor.name], descriptors[descriptor.name] = from_descriptor(descriptor), descriptor
-        _WELL_KNOWN_DESCRIPTORS.update(descriptors)
-        _WELL_KNOWN.update(found)
+    google/type/*.proto (from googleapis-common-protos; without it, five of them). Read once, under a lock:
+    two first requests at once each read them, and the second's replaced the objects the first's parse held
+    (check_in_pool then took them for references)."""
+    if _WELL_KNOWN:
+        return _WELL_KNOWN
+    with _WELL_KNOWN_LOCK:
+        if not _WELL_KNOWN:
+            _read_well_known()
     return _WELL_KNOWN
+
+
+def _read_well_known() -> None:
+    import importlib
+
+    pb2 = _descriptor_pb2()
+    found = {name: parse_text(text) for name, text in _DECLARED.items()}
+    descriptors = {name: _build(file, {}, name) for name, file in found.items()}
+    modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
+        [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # google.type without googleapis-common-protos
+            continue
+        descriptor = pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+        found[descriptor.name], descriptors[descriptor.name] = from_descriptor(descriptor), descriptor
+    _WELL_KNOWN_DESCRIPTORS.update(descriptors)
+    _WELL_KNOWN.update(found)
 
 
 def identity(descriptor: Any, proto: ProtoFile) -> bytes:

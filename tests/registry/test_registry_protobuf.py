@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -325,6 +326,28 @@ def test_a_descriptors_options_are_written_in_confluents_order():
     text = parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {}).text
     assert 'option java_package = "com.x";\noption java_multiple_files = true;\noption optimize_for = SPEED;\n' in text
     assert "  int64 a = 1 [\n    jstype = JS_STRING,\n    deprecated = true\n  ];\n" in text
+
+
+def test_the_well_known_files_are_read_once_when_two_requests_start_together(monkeypatch):
+    """The second reader's objects replaced the first's, which a parse in flight held: check_in_pool took a
+    well-known import that is not the one now known for a reference, and built it again."""
+    from klog.protocol import protobuf_schema
+
+    monkeypatch.setattr(protobuf_schema, "_WELL_KNOWN", {})
+    monkeypatch.setattr(protobuf_schema, "_WELL_KNOWN_DESCRIPTORS", {})
+    real_parse_text = protobuf_schema.parse_text
+
+    def slow_parse_text(text: str, strict: bool = True):
+        time.sleep(0.01)  # both readers inside at once
+        return real_parse_text(text, strict)
+    monkeypatch.setattr(protobuf_schema, "parse_text", slow_parse_text)
+    seen: list[dict] = []
+    readers = [threading.Thread(target=lambda: seen.append(dict(protobuf_schema.well_known()))) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    assert seen[0]["google/protobuf/any.proto"] is seen[1]["google/protobuf/any.proto"]
 
 
 def test_well_known_files_resolve_without_references():
