@@ -216,8 +216,10 @@ def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]], st
             origins.update(ref.schema.origins)
             dependencies[name], origins[name] = ref.schema.proto, origin
         descriptor = proto.to_descriptor(model, dependencies, strict=strict)
-        return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor,
-                           proto.canonical_text(model))
+        text = proto.canonical_text(model)
+        if not text.strip():  # (`;`, an empty descriptor): stored so, it would not parse again
+            raise RegistryError(422, 42201, "Empty schema")
+        return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor, text)
     except proto.ProtoError as e:
         raise RegistryError(422, 42201, f"Invalid schema: {e}") from None
     except RecursionError:

@@ -389,6 +389,8 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\n' + "message M { " * 100 + "}" * 100, "nested deeper than 32 levels"),
     ('syntax = "proto3";\noption (x) = ' + "{a: " * 100 + "1" + "}" * 100 + ";", "nested deeper than 32 levels"),
     ("////", "not a .proto text nor a base64 FileDescriptorProto"),
+    (";", "Empty schema"),  # its canonical text is empty: stored so, it did not parse again
+    ("CgA=", "Empty schema"),  # a descriptor declaring nothing
     # numbers a descriptor cannot hold: 42201 naming them, not a 500 from protobuf's setters
     ('syntax = "proto2";\nenum E {\n  A = 2147483648; }', "line 3: enum value number 2147483648 is out of range"),
     ('syntax = "proto3";\nmessage M { reserved 99999999999; }', "line 2: reserved number 99999999999 is out of"),
