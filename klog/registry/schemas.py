@@ -480,13 +480,19 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
-    def _parse_stored(self, subject: str | None = None) -> None:
-        """The stored versions (of `subject`, or all) parsed before the lock is taken, so that requests that
-        need only the tables (a consumer's GET of a schema by id) do not wait while the first request after a
-        start parses every stored schema (kept: later requests find them parsed)."""
+    def _parse_stored(self, subject: str | None = None, schema_id: int | None = None) -> None:
+        """The stored versions (of `subject`, with `schema_id`, or all) parsed before the lock is taken, so that
+        requests that need only the tables do not wait while the first request after a start parses stored
+        schemas (kept: later requests find them parsed)."""
         for v in list(self.versions.values()):
-            if subject is None or v.subject == subject:
+            if (subject is None or v.subject == subject) and (schema_id is None or v.id == schema_id):
                 self._parsed_of(v)
+
+    def prepare_serialized(self, subject: str | None = None, schema_id: int | None = None) -> None:
+        """Before a GET of a version's serialized form takes the lock: the Protobuf versions it may answer (of
+        `subject`, or with `schema_id`) parsed."""
+        if subject is not None or schema_id is not None:
+            self._parse_stored(subject, schema_id)
 
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
         return parse(text, schema_type, self._referenced(references, schema_type))

@@ -31,6 +31,7 @@ from klog.protocol.protobuf_schema import (  # noqa: E402
 )
 from klog.registry import schemas  # noqa: E402
 from klog.registry.schemas import Registry, RegistryError, parse_protobuf  # noqa: E402
+from klog.registry.server import RegistryServer  # noqa: E402
 from tests.registry.helpers import serving  # noqa: E402
 
 
@@ -639,6 +640,34 @@ def test_stored_versions_are_parsed_outside_the_registry_lock(data_dir, monkeypa
 
 
 # -- over HTTP ---------------------------------------------------------------------------------------------
+def test_a_get_of_the_serialized_form_parses_outside_the_registry_lock(data_dir, monkeypatch):
+    """The first GET of a version's serialized form after a start parsed it holding the lock every other request
+    waits for (a consumer fetching each schema id once)."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
+    try:
+        registry.register("s", 'syntax = "proto3";\nmessage M { int32 x = 1; }', "PROTOBUF")
+        under_lock: list[bool] = []
+        real_parse = schemas.parse
+
+        def parse_spy(*args, **kwargs):
+            under_lock.append(registry.lock._is_owned())
+            return real_parse(*args, **kwargs)
+        monkeypatch.setattr(schemas, "parse", parse_spy)
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/schemas/ids/1?format=serialized", "/subjects/s/versions/1?format=serialized"):
+            registry._stored.clear()  # as after a start
+            status, answer = call(base, "GET", path)
+            assert status == 200 and not answer["schema"].startswith("syntax")
+        assert under_lock == [False, False]
+    finally:
+        server.close()
+        registry.close()
+        store.close()
+
+
+
 def test_register_text_and_serialized_forms_get_one_id_and_answer_confluents_forms(url):
     assert register(url, "orders-value", ORDER) == (200, {"id": 1})
     assert register(url, "orders-value", ORDER_CANONICAL) == (200, {"id": 1})  # the same schema, no new version
