@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
+import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 32  # nested messages, aggregate option values: deeper is refused, not recursed into
 MAX_TAG = 536_870_911
+TAGS = (1, MAX_TAG)  # a message's field, reserved and extension numbers
+INT32 = (-2**31, 2**31 - 1)  # an enum's values and reserved numbers
 SCALARS = ("double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64",
            "sfixed32", "sfixed64", "bool", "string", "bytes")
 MAP_KEYS = ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32", "sfixed64",
@@ -142,7 +147,7 @@ MAX_TOKENS = 200_000  # ~20 times Google's descriptor.proto; a longer text is re
 MAX_ELEMENTS = 50_000  # the same for a serialized schema: its messages, fields, enums and enum values
 # one token with the whitespace and comments before it
 _TOKEN = re.compile(r"""
-    (?P<skip>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)
+    (?P<skip>(?>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*))  # atomic: never split again (exponential)
     (?: (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
       | (?P<number>(?:0[xX][0-9a-fA-F]+|[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?))
       | (?P<word>\.?[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
@@ -162,6 +167,12 @@ _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v
             '"': '"', "?": "?"}
 
 
+_HEX_ESCAPE = re.compile(r"[0-9a-fA-F]{1,2}")
+_OCTAL_ESCAPE = re.compile(r"[0-7]{1,3}")
+_UNICODE_ESCAPE = re.compile(r"[0-9a-fA-F]{4}")
+_LONG_UNICODE_ESCAPE = re.compile(r"[0-9a-fA-F]{8}")
+
+
 def _unescape(body: str, line: int) -> str:
     out, i = [], 0
     while i < len(body):
@@ -174,20 +185,36 @@ def _unescape(body: str, line: int) -> str:
         if nxt in _ESCAPES:
             out.append(_ESCAPES[nxt])
             i += 2
-        elif nxt in "xX" and (m := re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:])):
-            out.append(chr(int(m.group(), 16)))
-            i += 2 + len(m.group())
-        elif m := re.match(r"[0-7]{1,3}", body[i + 1:]):
+        elif nxt in "xX" and (m := _HEX_ESCAPE.match(body, i + 2)):  # matched in place: a slice of the rest at
+            out.append(chr(int(m.group(), 16)))                         # each escape was quadratic
+            i = m.end()
+        elif m := _OCTAL_ESCAPE.match(body, i + 1):
             out.append(chr(int(m.group(), 8)))
-            i += 1 + len(m.group())
+            i = m.end()
+        elif nxt in "uU" and (m := (_UNICODE_ESCAPE if nxt == "u" else _LONG_UNICODE_ESCAPE).match(body, i + 2)):
+            out.append(_code_point(int(m.group(), 16), line))  # protoc's Unicode escapes
+            i = m.end()
         else:
             raise ProtoError(f"line {line}: unknown escape \\{nxt} in a string")
-    return "".join(out)
+    text = "".join(out)
+    if any("\ud800" <= c <= "\udfff" for c in text):  # a \uD83D\uDE00 pair is one character, as protoc
+        try:  # reads it; a lone half is no character (nor UTF-8)
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            raise ProtoError(f"line {line}: a string has half a UTF-16 surrogate pair") from None
+    return text
+
+
+def _code_point(value: int, line: int) -> str:
+    if value > 0x10FFFF:
+        raise ProtoError(f"line {line}: \\U{value:08x} is not a Unicode character")
+    return chr(value)
 
 
 def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
-    line, pos = 1, 0
+    more: dict[int, list[str]] = {}  # a string token's later pieces ("a" "b"), joined at the end: linear
+    line, pos, read = 1, 0, 0
     while True:
         m = _TOKEN.match(text, pos)
         if m is None:  # what follows the whitespace is no token
@@ -201,29 +228,33 @@ def tokenize(text: str) -> list[Token]:
         line += text.count("\n", pos, m.end("skip"))
         kind, value = m.lastgroup or "", m.group(m.lastgroup or 0)
         if kind == "end":
+            for at, pieces in more.items():
+                tokens[at].text += "".join(pieces)
             return tokens
-        if kind == "string":
-            if tokens and tokens[-1].kind == "string":  # "a" "b" is one string, as protoc reads it
-                tokens[-1].text += _unescape(value[1:-1], line)
-            else:
-                tokens.append(Token("string", _unescape(value[1:-1], line), line))
+        if kind == "string" and tokens and tokens[-1].kind == "string":  # "a" "b" is one string, as protoc
+            more.setdefault(len(tokens) - 1, []).append(_unescape(value[1:-1], line))  # reads it
+        elif kind == "string":
+            tokens.append(Token("string", _unescape(value[1:-1], line), line))
         else:
             tokens.append(Token(kind, value, line))
-        if len(tokens) > MAX_TOKENS:
+        read += 1
+        if read > MAX_TOKENS:
             raise ProtoError(f"line {line}: the schema is longer than {MAX_TOKENS} tokens")
         line += value.count("\n")
         pos = m.end()
 
 
-_TOKEN_SKIP = re.compile(r"(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*", re.DOTALL)
+_TOKEN_SKIP = re.compile(r"(?>(?:[ \t\r\f\v\n]+|//[^\n]*|/\*.*?\*/)*)", re.DOTALL)
 
 
 # -- the parser ------------------------------------------------------------------------------------------
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, strict: bool = True) -> None:
+        self.strict = strict
         self.tokens = tokenize(text)
         self.at = 0
         self.depth = 0
+        self.imported: set[str] = set()
 
     # reading tokens
     def peek(self, ahead: int = 0) -> Token | None:
@@ -291,6 +322,12 @@ class _Parser:
             int(token.text, 8) if len(token.text) > 1 and token.text[0] == "0" else int(token.text)
         return -value if negative else value
 
+    def bounded(self, number: int, what: str, bounds: tuple[int, int]) -> int:
+        if not bounds[0] <= number <= bounds[1]:
+            self.at -= 1
+            raise self.fail(f"{what} number {number} is out of range ({bounds[0]}..{bounds[1]})")
+        return number
+
     def enter(self) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
@@ -326,7 +363,11 @@ class _Parser:
             if kind is not None and kind.kind == "word" and kind.text in ("public", "weak"):
                 self.next()
                 target = out.public_imports if kind.text == "public" else out.weak_imports
-            target.append(self.string("the imported file's name"))
+            imported = self.string("the imported file's name")
+            if imported in self.imported and self.strict:
+                raise ProtoError(f"line {token.line}: {imported!r} is imported twice")
+            self.imported.add(imported)
+            target.append(imported)
             self.expect(";")
         elif keyword == "option":
             out.options.append(self.option_statement())
@@ -374,7 +415,7 @@ class _Parser:
         return Option(name, self.option_value())
 
     def option_value(self) -> Any:
-        if self.is_symbol("{"):
+        if self.is_symbol("{") or self.is_symbol("<"):
             return self.aggregate()
         if self.is_symbol("["):
             return self.value_list()
@@ -392,10 +433,13 @@ class _Parser:
         raise self.fail(f"expected an option value, found {token.text!r}")
 
     def aggregate(self) -> dict[str, Any]:
+        """A message value in text format: `{ a: 1 b { c: 2 } }`, or between < and > as protoc also reads it."""
         self.enter()
-        self.expect("{")
+        close = ">" if self.accept("<") else "}"
+        if close == "}":
+            self.expect("{")
         out: dict[str, Any] = {}
-        while not self.accept("}"):
+        while not self.accept(close):
             if self.accept("["):
                 key = "[" + self.word("an extension name") + "]"
                 self.expect("]")
@@ -404,16 +448,17 @@ class _Parser:
             colon = self.accept(":")
             if self.is_symbol("["):
                 value: Any = self.value_list()
-            elif self.is_symbol("{") or (not colon and self.is_symbol("<")):
+            elif self.is_symbol("{") or self.is_symbol("<"):
                 value = self.aggregate()
             else:
                 if not colon:
                     raise self.fail(f"expected ':' after {key!r}")
                 value = self.option_value()
-            if key in out:  # a repeated key is a list, as Wire reads it
-                before = out[key]
-                out[key] = (before if isinstance(before, list) else [before]) + (value if isinstance(value, list)
-                                                                                  else [value])
+            if key in out:  # a repeated key is a list, as Wire reads it (extended in place: copied at each
+                before = out[key]  # repeat, 60,000 repeats took 24 s)
+                if not isinstance(before, list):
+                    before = out[key] = [before]
+                before.extend(value if isinstance(value, list) else [value])
             else:
                 out[key] = value
             if not self.accept(","):
@@ -475,10 +520,12 @@ class _Parser:
             out.oneofs.append(self.oneof(proto3))
         elif keyword == "reserved" and not self._is_field_named():
             self.next()
-            out.reserved.append(self.ranges("reserved", names=True))
+            out.reserved.append(self.ranges("reserved", TAGS, names=True))
         elif keyword == "extensions" and not self._is_field_named():
+            if proto3 and self.strict:
+                raise self.fail(f"message {out.name}: proto3 has no extensions ranges")
             self.next()
-            out.extensions.append(self.ranges("extensions", names=False))
+            out.extensions.append(self.ranges("extensions", TAGS, names=False))
             self.bracket_options()  # extension range options: dropped with the ranges' declarations
             self.expect(";")
         elif keyword == "extend" and self._starts_declaration():
@@ -580,14 +627,19 @@ class _Parser:
                 out.fields.append(self.field(proto3, in_oneof=True))
         return out
 
-    def ranges(self, what: str, names: bool) -> list[Any]:
+    def ranges(self, what: str, bounds: tuple[int, int], names: bool) -> list[Any]:
+        """A reserved or extensions statement's values: numbers within `bounds` (protoc refuses others; a
+        descriptor cannot hold them), ranges, and (reserved) quoted names."""
         out: list[Any] = []
         while True:
             token = self.peek()
             if names and token is not None and token.kind == "string":
+                # refused as protoc refuses it (the canonical text writes a reserved name raw)
+                if self.strict and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token.text):
+                    raise self.fail(f"reserved name {token.text!r} is not a name")
                 out.append(self.next().text)
             else:
-                start = self.integer(f"a {what} number")
+                start = self.bounded(self.integer(f"a {what} number"), what, bounds)
                 token = self.peek()
                 if token is not None and token.kind == "word" and token.text == "to":
                     self.next()
@@ -596,7 +648,7 @@ class _Parser:
                         self.next()
                         end = MAX_TAG
                     else:
-                        end = self.integer(f"the end of a {what} range")
+                        end = self.bounded(self.integer(f"the end of a {what} range"), what, bounds)
                     if end < start:
                         raise self.fail(f"{what} range {start} to {end} ends before it starts")
                     out.append((start, end))
@@ -623,11 +675,12 @@ class _Parser:
                 out.options.append(self.option_statement())
             elif token.text == "reserved" and not self._is_constant_named():
                 self.next()
-                out.reserved.append(self.ranges("reserved", names=True))
+                out.reserved.append(self.ranges("reserved", INT32, names=True))
             else:
                 name = self.name("an enum constant")
                 self.expect("=")
-                constant = EnumConstant(name, self.integer("the constant's number"), self.bracket_options())
+                number = self.bounded(self.integer("the constant's number"), "enum value", INT32)
+                constant = EnumConstant(name, number, self.bracket_options())
                 self.expect(";")
                 out.constants.append(constant)
         if not out.constants:
@@ -676,16 +729,20 @@ class _Parser:
         return kind, stream
 
 
-def parse_text(text: str) -> ProtoFile:
-    """A .proto file's text parsed (ProtoError naming the line of what is wrong)."""
-    out = _Parser(text).file()
-    _check_numbers(out.types)
+def parse_text(text: str, strict: bool = True) -> ProtoFile:
+    """A .proto file's text parsed (ProtoError naming the line of what is wrong). Not `strict` (a stored
+    version, which Confluent's registry may have taken): only what no descriptor can hold is refused, not what
+    protoc refuses past that (a reserved number used, a file imported twice, ...)."""
+    out = _Parser(text, strict).file()
+    _check_numbers(out.types, "", strict)
     return out
 
 
-def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
+def _check_numbers(types: list[Message | Enum], where: str = "", strict: bool = True) -> None:
     """What protoc refuses and a client's descriptor pool would: two fields with one number or name, two
-    types with one name in a scope."""
+    types with one name in a scope; and (`strict`) what protoc refuses past the pool's checks: a field named
+    as another symbol of its message, a reserved number or name used, an extension range over a field, an
+    enum number twice without allow_alias."""
     declared: set[str] = set()
     for t in types:
         if t.name in declared:
@@ -693,16 +750,69 @@ def _check_numbers(types: list[Message | Enum], where: str = "") -> None:
         declared.add(t.name)
     for t in types:
         full = where + t.name
-        if isinstance(t, Message):
-            seen: dict[int, str] = {}
-            for f in t.all_fields():
-                if f.number in seen:
-                    raise ProtoError(f"fields {seen[f.number]} and {f.name} of {full} have the same number {f.number}")
-                seen[f.number] = f.name
-            names = [f.name for f in t.all_fields()]
-            if len(set(names)) != len(names):
-                raise ProtoError(f"a field name is used twice in {full}")
-            _check_numbers(t.nested, full + ".")
+        if isinstance(t, Enum):
+            if strict:
+                _check_enum(t, full)
+            continue
+        seen: dict[int, str] = {}
+        reserved, extensions = _Taken(t.reserved), _Taken(t.extensions)
+        for f in t.all_fields():
+            if f.number in seen:
+                raise ProtoError(f"fields {seen[f.number]} and {f.name} of {full} have the same number {f.number}")
+            seen[f.number] = f.name
+            if not strict:
+                continue
+            reserved.check(f.name, f.number, f"field {f.name} of {full}")
+            if extensions.covers(f.number):
+                raise ProtoError(f"field {f.name} of {full}: its number {f.number} is in an extensions range")
+        symbols = [f.name for f in t.all_fields()]
+        if strict:  # an enum's values are its siblings, as in C++
+            symbols += [o.name for o in t.oneofs] + [n.name for n in t.nested] + \
+                [c.name for n in t.nested if isinstance(n, Enum) for c in n.constants]
+        names: set[str] = set()
+        for name in symbols:
+            if name in names:
+                raise ProtoError(f"{full}.{name} is declared twice (fields, oneofs, nested types and nested "
+                                 "enums' values share one scope)")
+            names.add(name)
+        _check_numbers(t.nested, full + ".", strict)
+
+
+class _Taken:
+    """The names and numbers of reserved (or extensions) statements, each number looked up in log time (a
+    hostile file has as many of them as fields)."""
+
+    def __init__(self, statements: list[list[Any]]) -> None:
+        values = [v for statement in statements for v in statement]
+        self.names = {v for v in values if isinstance(v, str)}
+        self.spans: list[tuple[int, int]] = []
+        for start, end in sorted(v if isinstance(v, tuple) else (v, v) for v in values if not isinstance(v, str)):
+            if self.spans and start <= self.spans[-1][1]:
+                self.spans[-1] = (self.spans[-1][0], max(end, self.spans[-1][1]))
+            else:
+                self.spans.append((start, end))
+
+    def covers(self, number: int) -> bool:
+        at = bisect.bisect_right(self.spans, (number, math.inf)) - 1
+        return at >= 0 and self.spans[at][1] >= number
+
+    def check(self, name: str, number: int, what: str) -> None:
+        if name in self.names:
+            raise ProtoError(f"{what}: its name is reserved")
+        if self.covers(number):
+            raise ProtoError(f"{what}: its number {number} is reserved")
+
+
+def _check_enum(e: Enum, full: str) -> None:
+    aliased = any(o.name == "allow_alias" and str(o.value) == "true" for o in e.options)
+    seen: dict[int, str] = {}
+    reserved = _Taken(e.reserved)
+    for c in e.constants:
+        if c.number in seen and not aliased:
+            raise ProtoError(f"enum {full}: {c.name} has the number of {seen[c.number]} ({c.number}) and the enum "
+                             "has no option allow_alias = true")
+        seen.setdefault(c.number, c.name)
+        reserved.check(c.name, c.number, f"enum value {c.name} of {full}")
 
 
 # -- the canonical text ----------------------------------------------------------------------------------
@@ -779,9 +889,10 @@ def _extend_text(e: Extend) -> str:
 def _field_text(f: Field) -> str:
     out = (f.label + " " if f.label else "") + f"{f.type} {f.name} = {f.number}"
     options = list(f.options)
-    if f.default is not None:
-        kind = f.type.rsplit(".", 1)[-1]
-        options.append(Option("default", f.default if kind == "string" else Raw(f.default)))
+    if f.default is not None:  # unquoted but a string's, as Confluent writes it; a bytes default that would not
+        kind = f.type.rsplit(".", 1)[-1]  # read back as one word is quoted, so that the stored text parses again
+        quoted = kind == "string" or (kind == "bytes" and not re.fullmatch(r"[A-Za-z0-9_.+-]+", f.default))
+        options.append(Option("default", f.default if quoted else Raw(f.default)))
     if f.json_name is not None:
         options.append(Option("json_name", f.json_name))
     if options:
@@ -847,9 +958,11 @@ def canonical_text(proto: ProtoFile) -> str:
     out = f'syntax = "{proto.syntax}";\n' if proto.syntax else ""
     if proto.package:
         out += f"package {proto.package};\n"
-    if proto.imports or proto.public_imports:
+    # weak imports too, as Wire writes them: Confluent's drops them, and its stored text would not parse again
+    if proto.imports or proto.public_imports or proto.weak_imports:
         out += "\n" + "".join(f'import "{i}";\n' for i in proto.imports) + \
-            "".join(f'import public "{i}";\n' for i in proto.public_imports)
+            "".join(f'import public "{i}";\n' for i in proto.public_imports) + \
+            "".join(f'import weak "{i}";\n' for i in proto.weak_imports)
     if proto.options:
         out += "\n" + "".join(_option_statement(o) for o in proto.options)
     if proto.types:
@@ -1161,9 +1274,18 @@ class _Builder:
         return out
 
 
-def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str = "default") -> Any:
+def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str = "default",
+                  strict: bool = True) -> Any:
     """The FileDescriptorProto of a parsed file, its type names resolved against itself and `dependencies`
-    (import name -> parsed file; ProtoError naming an import not among them or a type defined nowhere)."""
+    (import name -> parsed file; ProtoError naming an import not among them or a type defined nowhere), checked
+    (`strict`) as protoc and a client's descriptor pool check it (check_in_pool)."""
+    out = _build(proto, dependencies, name)
+    if strict:
+        check_in_pool(out, dependencies)
+    return out
+
+
+def _build(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: str) -> Any:
     types: dict[str, TypeInfo] = {}
     for dep in proto.dependencies():
         if dep not in dependencies:
@@ -1172,6 +1294,42 @@ def to_descriptor(proto: ProtoFile, dependencies: dict[str, ProtoFile], name: st
         types.update(declared_types(dependencies[dep_name], dep_name))
     types.update(declared_types(proto))
     return _Builder(proto, types).file(name)
+
+
+def check_in_pool(descriptor: Any, dependencies: dict[str, ProtoFile]) -> None:
+    """ProtoError when protobuf's descriptor pool (the one confluent-kafka's deserializer loads a schema into)
+    refuses the file: what protoc refuses past the grammar, as symbols declared twice (enum values are
+    siblings of their enum), an empty oneof, a proto3 default or first enum value other than 0, two fields
+    of one JSON name, a default of the wrong type. Its imports are loaded first (each reference built
+    again, each well-known file as protobuf ships it)."""
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.DescriptorPool()
+    loaded: set[str] = set()
+
+    def load(file: Any, what: str, loading: frozenset[str]) -> None:
+        for dep in file.dependency:
+            if dep not in loaded and dep not in loading and dep in dependencies:
+                load(_dependency_descriptor(dep, dependencies), f"its import {dep!r}", loading | {dep})
+        try:
+            pool.Add(file)
+            pool.FindFileByName(file.name)
+        except Exception as e:  # noqa: BLE001 - protobuf's refusal is a TypeError (upb) or a descriptor error
+            reason = str(e).removeprefix("Couldn't build proto file into descriptor pool: ")
+            raise ProtoError(f"protobuf's descriptor pool refuses {what}: {reason}") from None
+        loaded.add(file.name)
+
+    load(descriptor, "it", frozenset())
+
+
+_WELL_KNOWN_DESCRIPTORS: dict[str, Any] = {}
+
+
+def _dependency_descriptor(name: str, dependencies: dict[str, ProtoFile]) -> Any:
+    """An import's FileDescriptorProto: a well-known file's as protobuf ships it, a reference's built."""
+    if dependencies[name] is well_known().get(name):
+        return _WELL_KNOWN_DESCRIPTORS[name]
+    return _build(dependencies[name], dependencies, name)
 
 
 def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
@@ -1185,12 +1343,26 @@ def _visible(proto: ProtoFile, dependencies: dict[str, ProtoFile]) -> list[str]:
     return out
 
 
+# the order Confluent's ProtobufSchema.toProtoFile writes a descriptor's file and field options in; other
+# options (and any not named here, after these) by field number, as it writes them
+_CONFLUENT_ORDER = {
+    "FileOptions": ("java_package", "java_outer_classname", "java_multiple_files", "java_generate_equals_and_hash",
+                    "java_string_check_utf8", "optimize_for", "go_package", "cc_generic_services",
+                    "java_generic_services", "py_generic_services", "deprecated", "cc_enable_arenas",
+                    "objc_class_prefix", "csharp_namespace", "swift_prefix", "php_class_prefix", "php_namespace",
+                    "php_metadata_namespace", "ruby_package"),
+    "FieldOptions": ("ctype", "packed", "jstype", "deprecated", "debug_redact", "retention", "targets"),
+}
+
+
 def _options_of(message: Any) -> list[Option]:
-    """A descriptor's options message as Options (each set field, in field-number order)."""
+    """A descriptor's options message as Options (each set field, in Confluent's order)."""
     out: list[Option] = []
     if message is None:
         return out
-    for spec, value in message.ListFields():
+    order = _CONFLUENT_ORDER.get(message.DESCRIPTOR.name, ())
+    for spec, value in sorted(message.ListFields(), key=lambda item: (
+            order.index(item[0].name) if item[0].name in order else len(order), item[0].number)):
         if spec.name in ("uninterpreted_option", "features") or spec.message_type is not None:
             continue
         for v in value if _repeated(spec) else [value]:
@@ -1318,7 +1490,21 @@ def decode_serialized(text: str) -> Any:
         out.ParseFromString(data)
     except (binascii.Error, ValueError, Exception) as e:  # noqa: BLE001 - protobuf's DecodeError and others
         raise ProtoError(f"not a .proto text nor a base64 FileDescriptorProto ({type(e).__name__})") from None
+    out.ClearField("source_code_info")  # comments and spans: not kept
+    _check_utf8(out)
     return out
+
+
+def _check_utf8(message: Any) -> None:
+    """ProtoError when a string of a decoded descriptor is not UTF-8 (protobuf gives such a proto2 string as
+    bytes, which no name or text may be)."""
+    for spec, value in message.ListFields():
+        values = value if _repeated(spec) else [value]
+        if spec.type == spec.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+            raise ProtoError(f"the descriptor's {spec.name} is not UTF-8 text")
+        if spec.message_type is not None:
+            for v in values:
+                _check_utf8(v)
 
 
 def looks_serialized(text: str) -> bool:
@@ -1357,34 +1543,47 @@ _DECLARED = {
     "google/type/decimal.proto": 'syntax = "proto3"; package google.type; message Decimal { string value = 1; }',
 }
 _WELL_KNOWN: dict[str, ProtoFile] = {}
+_WELL_KNOWN_LOCK = threading.Lock()
 
 
 def well_known() -> dict[str, ProtoFile]:
     """Import name -> parsed file of each file a schema imports without a reference: google/protobuf/*.proto
     (from the protobuf package's own descriptors), confluent/meta.proto, confluent/type/decimal.proto and
-    google/type/*.proto (from googleapis-common-protos; without it, five of them)."""
-    if not _WELL_KNOWN:
-        import importlib
-
-        pb2 = _descriptor_pb2()
-        found = {name: parse_text(text) for name, text in _DECLARED.items()}
-        modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
-            [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
-        for name in modules:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:  # google.type without googleapis-common-protos
-                continue
-            found[module.DESCRIPTOR.name] = from_descriptor(
-                pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb))
-        _WELL_KNOWN.update(found)
+    google/type/*.proto (from googleapis-common-protos; without it, five of them). Read once, under a lock:
+    two first requests at once each read them, and the second's replaced the objects the first's parse held
+    (check_in_pool then took them for references)."""
+    if _WELL_KNOWN:
+        return _WELL_KNOWN
+    with _WELL_KNOWN_LOCK:
+        if not _WELL_KNOWN:
+            _read_well_known()
     return _WELL_KNOWN
+
+
+def _read_well_known() -> None:
+    import importlib
+
+    pb2 = _descriptor_pb2()
+    found = {name: parse_text(text) for name, text in _DECLARED.items()}
+    descriptors = {name: _build(file, {}, name) for name, file in found.items()}
+    modules = [f"google.protobuf.{name}_pb2" for name in _GOOGLE_PROTOBUF] + \
+        [f"google.type.{name}_pb2" for name in _GOOGLE_TYPE]
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # google.type without googleapis-common-protos
+            continue
+        descriptor = pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+        found[descriptor.name], descriptors[descriptor.name] = from_descriptor(descriptor), descriptor
+    _WELL_KNOWN_DESCRIPTORS.update(descriptors)
+    _WELL_KNOWN.update(found)
 
 
 def identity(descriptor: Any, proto: ProtoFile) -> bytes:
     """What makes two registrations the same Protobuf schema, .proto text or serialized alike: the resolved
-    descriptor, its fields by number and nested types by name (text and descriptors order them differently;
-    a top-level message's place is kept: it is the message index), and the custom options (not in it)."""
+    descriptor, its fields by number, nested enums by name, nested messages in their order (a message's place
+    among its siblings is its message index, nested or not) with the map entries protoc puts among them
+    last, by name (a text's are not declared), and the custom options (not in the descriptor)."""
     copy = type(descriptor)()
     copy.CopyFrom(descriptor)
     copy.name = ""
@@ -1396,8 +1595,8 @@ def identity(descriptor: Any, proto: ProtoFile) -> bytes:
         fields = sorted(message.field, key=lambda f: f.number)
         del message.field[:]
         message.field.extend(fields)
-        for kind in ("nested_type", "enum_type"):
-            items = sorted(getattr(message, kind), key=lambda t: t.name)
+        for kind, place in (("nested_type", _nested_place), ("enum_type", lambda t: t.name)):
+            items = sorted(getattr(message, kind), key=place)
             del getattr(message, kind)[:]
             getattr(message, kind).extend(items)
         for nested in message.nested_type:
@@ -1406,6 +1605,11 @@ def identity(descriptor: Any, proto: ProtoFile) -> bytes:
         order(message)
     custom = [_option(o) for o in _all_options(proto) if o.name.startswith("(")]
     return copy.SerializeToString(deterministic=True) + "\n".join(custom).encode()
+
+
+def _nested_place(nested: Any) -> tuple[bool, str]:
+    """A nested message's sort key (a stable sort): declared ones keep their order, map entries go last."""
+    return (True, nested.name) if nested.options.map_entry else (False, "")
 
 
 def _json_name(name: str) -> str:

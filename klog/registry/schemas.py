@@ -199,35 +199,39 @@ class ParsedProto:
     text: str
 
 
-def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]]) -> ParsedProto:
+def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]], strict: bool = True) -> ParsedProto:
     """A Protobuf schema, as .proto text or base64 FileDescriptorProto, parsed against its references (import
     name -> (the referenced schema parsed, "subject:version")) and the well-known files: 42201 naming the
-    line and what was wrong, the import or the type nothing declares."""
+    line and what was wrong, the import or the type nothing declares. `strict` (a request's schema): what
+    protoc refuses past that too; a stored version is parsed as Confluent's registry took it."""
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
         model = proto.from_descriptor(proto.decode_serialized(text)) if proto.looks_serialized(text) else \
-            proto.parse_text(text)
+            proto.parse_text(text, strict)
         dependencies = dict(proto.well_known())
         origins: dict[str, str | None] = {}
         for name, (ref, origin) in referenced.items():  # a reference's own dependencies come with it
             dependencies.update(ref.schema.dependencies)
             origins.update(ref.schema.origins)
             dependencies[name], origins[name] = ref.schema.proto, origin
-        descriptor = proto.to_descriptor(model, dependencies)
-        return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor,
-                           proto.canonical_text(model))
+        descriptor = proto.to_descriptor(model, dependencies, strict=strict)
+        text = proto.canonical_text(model)
+        if not text.strip():  # (`;`, an empty descriptor): stored so, it would not parse again
+            raise RegistryError(422, 42201, "Empty schema")
+        return ParsedProto(protobuf_compat.Schema(model, dependencies, origins), descriptor, text)
     except proto.ProtoError as e:
         raise RegistryError(422, 42201, f"Invalid schema: {e}") from None
     except RecursionError:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
 
 
-def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None) -> Any:
+def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None,
+          strict: bool = True) -> Any:
     """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf or Avro one with
     its references, parsed (JSON Schema's references are refused before)."""
     if schema_type == "PROTOBUF":
-        return parse_protobuf(text, referenced or {})
+        return parse_protobuf(text, referenced or {}, strict)
     return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
 
 
@@ -386,7 +390,8 @@ class Registry:
         hit = self._stored.get(where)
         if hit is None:
             try:
-                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1))
+                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1),
+                               strict=False)  # what Confluent's registry took, as klog refuses no stored version
             except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 return None
             hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))
@@ -475,6 +480,20 @@ class Registry:
     def level(self, subject: str | None) -> str:
         return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
 
+    def _parse_stored(self, subject: str | None = None, schema_id: int | None = None) -> None:
+        """The stored versions (of `subject`, with `schema_id`, or all) parsed before the lock is taken, so that
+        requests that need only the tables do not wait while the first request after a start parses stored
+        schemas (kept: later requests find them parsed)."""
+        for v in list(self.versions.values()):
+            if (subject is None or v.subject == subject) and (schema_id is None or v.id == schema_id):
+                self._parsed_of(v)
+
+    def prepare_serialized(self, subject: str | None = None, schema_id: int | None = None) -> None:
+        """Before a GET of a version's serialized form takes the lock: the Protobuf versions it may answer (of
+        `subject`, or with `schema_id`) parsed."""
+        if subject is not None or schema_id is not None:
+            self._parse_stored(subject, schema_id)
+
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
         return parse(text, schema_type, self._referenced(references, schema_type))
 
@@ -483,6 +502,7 @@ class Registry:
                references: list[dict[str, Any]] | None = None) -> Version:
         references = references or []
         key = canonical(self._parse(text, schema_type, references), schema_type, references)
+        self._parse_stored(subject)
         with self.lock:
             found = self.live(subject, deleted)
             for v in found:
@@ -541,6 +561,7 @@ class Registry:
         key = canonical(parsed, schema_type, references)
         if schema_type == "PROTOBUF":
             text = parsed.text
+        self._parse_stored()  # its id is the one any subject's version of this schema has
         version = Version(subject, 0, 0, text, schema_type=schema_type, references=references)
         for _ in range(2):
             with self.lock:

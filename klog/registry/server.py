@@ -202,6 +202,15 @@ PARSE_FIRST = {("subjects/{}", "POST"), ("subjects/{}/versions", "POST"),
                ("compatibility/subjects/{}/versions", "POST"), ("compatibility/subjects/{}/versions/{}", "POST")}
 
 
+def _prepare_serialized(registry: Registry, shape: str, path: list[str]) -> None:
+    """A serialized form's versions parsed before the lock is taken (the first GET of each after a start parsed
+    it holding the lock every request waits for)."""
+    if shape == "schemas/ids/{}" and re.fullmatch(r"[0-9]{1,10}", path[2]):
+        registry.prepare_serialized(schema_id=int(path[2]))
+    elif shape == "subjects/{}/versions/{}":
+        registry.prepare_serialized(subject=path[1])
+
+
 def shape_of(path: list[str]) -> str:
     """The route shape of a path: its fixed words kept where a route has them, other segments {}."""
     for shape in {s for s, _ in ROUTES}:
@@ -257,8 +266,11 @@ class RegistryServer:
                     if route is None:
                         raise RegistryError(405, 405, "HTTP 405 Method Not Allowed") if shape else \
                             RegistryError(404, 404, "HTTP 404 Not Found")
+                    query = parse_qs(url.query)
+                    if (query.get("format") or [""])[-1] == "serialized" and method == "GET":
+                        _prepare_serialized(registry, shape, path)
                     with contextlib.nullcontext() if (shape, method) in PARSE_FIRST else registry.lock:
-                        status, out = 200, route(registry, path, parse_qs(url.query), body)
+                        status, out = 200, route(registry, path, query, body)
                 except RegistryError as e:
                     status, out = e.status, {"error_code": e.code, "message": str(e)}
                 except Exception as e:  # noqa: BLE001 - one bad request must not take the registry down
@@ -283,7 +295,12 @@ class RegistryServer:
                     self.close_connection = True
                     raise RegistryError(400, 400, "the request body ended before its Content-Length")
                 try:
-                    return json.loads(data) if data else None
+                    body = json.loads(data) if data else None
+                    if b"\\u" in data:  # an escaped lone surrogate ("\ud800") is no character: stored, it
+                        json.dumps(body, ensure_ascii=False).encode()  # could not be written as UTF-8
+                    return body
+                except UnicodeEncodeError:
+                    raise RegistryError(400, 400, "the request body has half a UTF-16 surrogate pair") from None
                 except (ValueError, RecursionError):
                     raise RegistryError(400, 400, "the request body is not JSON") from None
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -17,6 +19,7 @@ pytest.importorskip("google.protobuf", reason="Protobuf schemas need the protobu
 
 from google.protobuf import descriptor_pb2  # noqa: E402
 
+import klog  # noqa: E402
 from klog.protocol import protobuf_compat  # noqa: E402
 from klog.protocol.protobuf_schema import (  # noqa: E402
     ProtoError,
@@ -26,7 +29,9 @@ from klog.protocol.protobuf_schema import (  # noqa: E402
     parse_text,
     well_known,
 )
-from klog.registry.schemas import RegistryError, parse_protobuf  # noqa: E402
+from klog.registry import schemas  # noqa: E402
+from klog.registry.schemas import Registry, RegistryError, parse_protobuf  # noqa: E402
+from klog.registry.server import RegistryServer  # noqa: E402
 from tests.registry.helpers import serving  # noqa: E402
 
 
@@ -177,6 +182,16 @@ def test_proto2_labels_defaults_and_extension_ranges_are_kept():
         == (100, 200)
 
 
+def test_a_bytes_default_is_quoted_when_it_would_not_read_back_as_one_word():
+    """Confluent writes a bytes default unquoted (as a number): `default = a b` did not parse again."""
+    for default, written in (("ab", "[default = ab]"), ("a b\\x00\\377", '[default = "a b\x00\u00ff"]')):
+        text = f'syntax = "proto2";\nmessage M {{ optional bytes b = 1 [default = "{default}"]; }}'
+        parsed = parse_protobuf(text, {})
+        assert f"  optional bytes b = 1 {written};\n" in parsed.text
+        again = parse_protobuf(parsed.text, {})
+        assert identity(again.descriptor, again.schema.proto) == identity(parsed.descriptor, parsed.schema.proto)
+
+
 def test_extend_blocks_declare_custom_options():
     text = """syntax = "proto3";
 package shop.options;
@@ -215,6 +230,34 @@ extend google.protobuf.FieldOptions {
                                                                               ["pii_kind"])]
 
 
+def test_strings_take_protocs_escapes_and_concatenation():
+    text = r'''syntax = "proto3";
+option java_package = "\x41\101" 'b'
+  "\u00e9\U0001F600\uD83D\uDE00";
+'''
+    parsed = parse_protobuf(text, {})
+    assert parsed.descriptor.options.java_package == "AAb\u00e9\U0001F600\U0001F600"
+    assert parsed.text == 'syntax = "proto3";\n\noption java_package = "AAb\u00e9\U0001F600\U0001F600";\n'
+    for bad, says in ((r'"\uD83D"', "line 2: a string has half a UTF-16 surrogate pair"),
+                      (r'"\U00110000"', r"line 2: \\U00110000 is not a Unicode character"),
+                      (r'"\u12"', r"line 2: unknown escape \\u")):
+        with pytest.raises(RegistryError, match=says):
+            parse_protobuf(f'syntax = "proto3";\noption java_package = {bad};', {})
+
+
+def test_aggregate_option_values_take_angle_brackets_as_protoc_does():
+    text = """syntax = "proto3";
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FileOptions { M opt = 50000; }
+message M { M b = 1; repeated M c = 2; int32 a = 3; }
+option (opt) = { b <a: 5> c: [<a: 7;>, {a: -8}] };
+"""
+    assert 'option (opt) = {\n  b: {\n    a: 5\n  },\n  c: [\n    {\n      a: 7\n    },\n    {\n      a: -8\n' \
+        '    }\n  ]\n};\n' in parse_protobuf(text, {}).text
+    with pytest.raises(RegistryError, match="line 5: expected a field name, found '}'"):
+        parse_protobuf(text.replace("<a: 5>", "<a: 5}"), {})
+
+
 def test_the_descriptor_resolves_types_maps_and_proto3_optional_as_protoc_writes_them():
     descriptor = parse_protobuf(ORDER, {}).descriptor
     order = descriptor.message_type[0]
@@ -249,6 +292,63 @@ def test_the_serialized_form_and_the_text_are_one_schema():
     assert "    option map_entry = true;\n" in again.text
     stored = parse_protobuf(again.text, {})  # the stored text parses back to the same schema
     assert identity(stored.descriptor, stored.schema.proto) == identity(again.descriptor, again.schema.proto)
+
+
+def test_nested_messages_keep_their_places_in_a_schemas_identity():
+    """A nested message's place is its message index: two schemas that order nested messages apart are two
+    schemas (a consumer resolving index [0, 1] against the other would read the wrong type); the map entries
+    protoc puts among them (a text declares none) do not count."""
+    text = 'syntax = "proto3";\nmessage O {\n  map<string, int32> m = 1;\n  message X {}\n  message Y {}\n}\n'
+    swapped = parse_protobuf(text.replace("message X {}\n  message Y {}", "message Y {}\n  message X {}"), {})
+    parsed = parse_protobuf(text, {})
+    assert identity(swapped.descriptor, swapped.schema.proto) != identity(parsed.descriptor, parsed.schema.proto)
+    as_protoc = descriptor_pb2.FileDescriptorProto()
+    as_protoc.CopyFrom(parsed.descriptor)
+    nested = as_protoc.message_type[0].nested_type
+    protoc_order = [descriptor_pb2.DescriptorProto.FromString(n.SerializeToString()) for n in (nested[2], nested[0],
+                                                                                            nested[1])]
+    del nested[:]
+    nested.extend(protoc_order)  # protoc writes MEntry where its field is, before X and Y
+    assert [n.name for n in nested] == ["MEntry", "X", "Y"]
+    again = parse_protobuf(base64.b64encode(as_protoc.SerializeToString()).decode(), {})
+    assert identity(again.descriptor, again.schema.proto) == identity(parsed.descriptor, parsed.schema.proto)
+
+
+def test_a_descriptors_options_are_written_in_confluents_order():
+    """ProtobufSchema.toProtoFile writes file options java_multiple_files before optimize_for and field options
+    jstype before deprecated (not in field-number order): the stored text of a serialized schema is its."""
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    file.options.optimize_for = file.options.SPEED
+    file.options.java_multiple_files = True
+    file.options.java_package = "com.x"
+    field = file.message_type.add(name="M").field.add(name="a", number=1, type=3, label=1)
+    field.options.deprecated = True
+    field.options.jstype = field.options.JS_STRING
+    text = parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {}).text
+    assert 'option java_package = "com.x";\noption java_multiple_files = true;\noption optimize_for = SPEED;\n' in text
+    assert "  int64 a = 1 [\n    jstype = JS_STRING,\n    deprecated = true\n  ];\n" in text
+
+
+def test_the_well_known_files_are_read_once_when_two_requests_start_together(monkeypatch):
+    """The second reader's objects replaced the first's, which a parse in flight held: check_in_pool took a
+    well-known import that is not the one now known for a reference, and built it again."""
+    from klog.protocol import protobuf_schema
+
+    monkeypatch.setattr(protobuf_schema, "_WELL_KNOWN", {})
+    monkeypatch.setattr(protobuf_schema, "_WELL_KNOWN_DESCRIPTORS", {})
+    real_parse_text = protobuf_schema.parse_text
+
+    def slow_parse_text(text: str, strict: bool = True):
+        time.sleep(0.01)  # both readers inside at once
+        return real_parse_text(text, strict)
+    monkeypatch.setattr(protobuf_schema, "parse_text", slow_parse_text)
+    seen: list[dict] = []
+    readers = [threading.Thread(target=lambda: seen.append(dict(protobuf_schema.well_known()))) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    assert seen[0]["google/protobuf/any.proto"] is seen[1]["google/protobuf/any.proto"]
 
 
 def test_well_known_files_resolve_without_references():
@@ -290,6 +390,36 @@ def test_well_known_files_resolve_without_references():
     ('syntax = "proto3";\n' + "message M { " * 100 + "}" * 100, "nested deeper than 32 levels"),
     ('syntax = "proto3";\noption (x) = ' + "{a: " * 100 + "1" + "}" * 100 + ";", "nested deeper than 32 levels"),
     ("////", "not a .proto text nor a base64 FileDescriptorProto"),
+    (";", "Empty schema"),  # its canonical text is empty: stored so, it did not parse again
+    ("CgA=", "Empty schema"),  # a descriptor declaring nothing
+    # numbers a descriptor cannot hold: 42201 naming them, not a 500 from protobuf's setters
+    ('syntax = "proto2";\nenum E {\n  A = 2147483648; }', "line 3: enum value number 2147483648 is out of range"),
+    ('syntax = "proto3";\nmessage M { reserved 99999999999; }', "line 2: reserved number 99999999999 is out of"),
+    ('syntax = "proto2";\nmessage M { extensions 0 to 5; }', "line 2: extensions number 0 is out of range"),
+    ('syntax = "proto3";\nenum E { A = 0; reserved -2147483649; }', "reserved number -2147483649 is out of range"),
+    # what protoc and confluent-kafka's descriptor pool refuse past the grammar (its deserializer could not
+    # load the serialized form)
+    ('syntax = "proto3";\nenum E { X = 0; }\nenum F { X = 0; }', "descriptor pool refuses it: duplicate symbol 'X'"),
+    ('syntax = "proto3";\nenum E { A = 1; }', "refuses it: for open enums, the first value must be zero (E)"),
+    ('syntax = "proto3";\nmessage M { oneof o {} }', "refuses it: Error building mini table: Empty oneof"),
+    ('syntax = "proto3";\nmessage M { int32 a = 1 [default = 2]; }', "cannot have explicit defaults (M.a)"),
+    ('syntax = "proto3";\nmessage M { int32 a_b = 1; int32 aB = 2; }', "refuses it: duplicate json_name (aB)"),
+    ('syntax = "proto3";\nmessage M { map<string, int32> f = 1; message FEntry {} }', "duplicate symbol 'M.FEntry'"),
+    ('syntax = "proto2";\nmessage M { optional int32 a = 1 [default = abc]; }', "Invalid default 'abc' for field M.a"),
+    ('syntax = "proto3";\nmessage M {\n reserved "a", "b\\nc"; }', "line 3: reserved name 'b\\nc' is not a name"),
+    ('syntax = "proto3";\nimport "google/protobuf/any.proto";\nimport public "google/protobuf/any.proto";',
+     "line 3: 'google/protobuf/any.proto' is imported twice"),
+    ('syntax = "proto3";\nmessage M {\n  extensions 100 to 200; }', "line 3: message M: proto3 has no extensions"),
+    # what protoc refuses past the pool's checks
+    ('syntax = "proto3";\nmessage M { message a {} int32 a = 1; }', "M.a is declared twice (fields, oneofs"),
+    ('syntax = "proto3";\nmessage M { enum E { B = 0; } string B = 1; }', "M.B is declared twice"),
+    ('syntax = "proto3";\nmessage M { oneof a { int32 b = 1; } int32 a = 2; }', "M.a is declared twice"),
+    ('syntax = "proto3";\nmessage M { reserved 2 to 4; int32 a = 3; }', "field a of M: its number 3 is reserved"),
+    ('syntax = "proto3";\nmessage M { reserved "a"; int32 a = 3; }', "field a of M: its name is reserved"),
+    ('syntax = "proto2";\nmessage M { extensions 10 to max; optional int32 a = 30; }', "30 is in an extensions range"),
+    ('syntax = "proto3";\nenum E { A = 0; B = 0; }', "enum E: B has the number of A (0) and the enum has no option "
+                                                     "allow_alias = true"),
+    ('syntax = "proto3";\nenum E { A = 0; B = 1; reserved 1; }', "enum value B of E: its number 1 is reserved"),
 ])
 def test_malformed_text_is_42201_naming_its_line_and_what_was_wrong(text, says):
     with pytest.raises(RegistryError) as refused:
@@ -305,18 +435,59 @@ def test_a_large_file_parses_without_recursion_or_delay():
         parse_text("message M { " + "x" * 200_000)
 
 
+def test_whitespace_before_a_bad_character_is_read_once():
+    """The tokenizer's whitespace-and-comments group is atomic: it was split again every way before a character
+    no token starts with (26 spaces took ~15 s, each more doubled it: one request pinned a worker)."""
+    for tail in ("@", "/* open", "'open\n", "// a // b // c\n@"):
+        started = time.perf_counter()
+        with pytest.raises(ProtoError):
+            parse_text("message M {" + " " * 26 + tail)
+        assert time.perf_counter() - started < 0.5, tail
+    with pytest.raises(ProtoError, match="line 3001: unexpected character '@'"):
+        parse_text("message M {" + " // a // b\n" * 3000 + "@")
+
+
+@pytest.mark.slow
+def test_long_strings_and_aggregates_are_read_in_linear_time():
+    """Each escape matched in place (a slice of the rest at each was quadratic: 160,000 escapes took 3.7 s, an
+    8 MB body ~15 min); adjacent pieces joined once at the end (joined one by one: 320,000 took 6 s); an
+    aggregate's repeated key extended in place (copied at each repeat: 40,000 took 9 s)."""
+    started = time.perf_counter()
+    escapes, pieces = "\\x41" * 200_000, '"b" ' * 150_000
+    parsed = parse_text(f'syntax = "proto3";\noption java_package = "{escapes}" {pieces};')
+    assert parsed.options[0].value == "A" * 200_000 + "b" * 150_000
+    assert time.perf_counter() - started < 3
+    started = time.perf_counter()
+    parsed = parse_text('syntax = "proto3";\noption (x) = {' + " a: 1" * 40_000 + " a: [2, 3] };")
+    assert parsed.options[0].value["a"] == ["1"] * 40_000 + ["2", "3"]
+    assert time.perf_counter() - started < 3
+
+
 def test_long_texts_and_descriptors_are_refused_past_their_bounds(monkeypatch):
     from klog.protocol import protobuf_schema
 
     monkeypatch.setattr(protobuf_schema, "MAX_TOKENS", 50)
     with pytest.raises(RegistryError, match="line 8: the schema is longer than 50 tokens"):
         parse_protobuf('syntax = "proto3";\n\n' + "message M { int32 a = 1; }\n" * 10, {})
+    with pytest.raises(RegistryError, match="line 3: the schema is longer than 50 tokens"):  # each piece counts
+        parse_protobuf('syntax = "proto3";\n\noption java_package = ' + '"a" ' * 100 + ";", {})
     monkeypatch.setattr(protobuf_schema, "MAX_ELEMENTS", 20)
     file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
     for i in range(11):
         file.message_type.add(name=f"M{i}").field.add(name="a", number=1, type=5, label=1)
     with pytest.raises(RegistryError, match="more than 20 messages, fields and enum values"):
         parse_protobuf(base64.b64encode(file.SerializeToString()).decode(), {})
+
+
+def test_a_descriptor_whose_strings_are_not_utf8_is_refused():
+    """protobuf gives a proto2 string that is not UTF-8 as bytes: each place a name was used raised (a 500)."""
+    file = descriptor_pb2.FileDescriptorProto(name="x", syntax="proto3")
+    file.message_type.add(name="Zz").field.add(name="a", number=1, type=5, label=1)
+    file.service.add(name="S").method.add(name="Get", input_type=".Zz", output_type=".Zz")
+    data = file.SerializeToString()
+    for spoiled in (data.replace(b"Zz", b"\xff\xfe", 1), data.replace(b"Get", b"G\xc3\x28")):
+        with pytest.raises(RegistryError, match="is not UTF-8 text"):
+            parse_protobuf(base64.b64encode(spoiled).decode(), {})
 
 
 def schema(text: str) -> protobuf_compat.Schema:
@@ -409,7 +580,94 @@ def test_types_from_other_reference_versions_are_compared_once_a_pair():
     assert kinds.count("FIELD_SCALAR_KIND_CHANGED") == 1 and kinds.count("FIELD_NAMED_TYPE_CHANGED") == 61
 
 
+def test_a_weak_import_is_kept_in_the_stored_text(data_dir):
+    """Confluent's canonical text drops `import weak`: stored so, the text no longer resolved its types, so the
+    version matched no lookup and no comparison could parse it."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        text = 'syntax = "proto3";\nimport weak "google/protobuf/any.proto";\nmessage M { google.protobuf.Any a = 1; }'
+        assert registry.register("s", text, "PROTOBUF") == 1
+        assert 'import weak "google/protobuf/any.proto";\n' in registry.version("s", "1").schema
+        assert registry.lookup("s", text, schema_type="PROTOBUF").id == 1
+        assert registry.register("s", text.replace("a = 1;", "a = 1; int32 b = 2;"), "PROTOBUF") == 2
+    finally:
+        registry.close()
+        store.close()
+
+
+def test_a_stored_version_protoc_would_refuse_is_still_served_and_compared(data_dir):
+    """What Confluent's registry took (its own tests reserve 1 and use it) is read from _schemas as it is: a
+    new version is compared with it (it was 'a version it is compared with cannot be parsed'); a request's
+    schema is checked as protoc checks it."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        taken = 'syntax = "proto3";\n\nmessage M {\n  reserved 1;\n\n  string id = 1;\n}\n'
+        registry._write_version(schemas.Version("s", 1, 1, taken, schema_type="PROTOBUF"))
+        assert registry.canonical_of(registry.version("s", "1")) is not None
+        assert registry.register("s", taken.replace("reserved 1;", "reserved 3;"), "PROTOBUF") == 2
+        with pytest.raises(RegistryError, match="field id of M: its number 1 is reserved"):
+            registry.register("t", taken, "PROTOBUF")
+    finally:
+        registry.close()
+        store.close()
+
+
+def test_stored_versions_are_parsed_outside_the_registry_lock(data_dir, monkeypatch):
+    """After a start no stored version is parsed: the first register or lookup parses them before it takes the
+    lock, which every other request (a GET of a schema by id) waits for."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    try:
+        for subject in ("a", "b"):
+            registry.register(subject, f'syntax = "proto3";\nmessage {subject.upper()} {{ int32 x = 1; }}', "PROTOBUF")
+        registry._stored.clear()  # as after a start
+        under_lock = []
+
+        def parse_spy(*args, **kwargs):
+            under_lock.append(registry.lock._is_owned())
+            return real_parse(*args, **kwargs)
+        real_parse = schemas.parse
+        monkeypatch.setattr(schemas, "parse", parse_spy)
+        registry.register("c", 'syntax = "proto3";\nmessage C { int32 x = 1; }', "PROTOBUF")
+        registry._stored.clear()
+        registry.lookup("a", 'syntax = "proto3";\nmessage A { int32 x = 1; }', schema_type="PROTOBUF")
+        assert len(under_lock) >= 5 and not any(under_lock)
+    finally:
+        registry.close()
+        store.close()
+
+
 # -- over HTTP ---------------------------------------------------------------------------------------------
+def test_a_get_of_the_serialized_form_parses_outside_the_registry_lock(data_dir, monkeypatch):
+    """The first GET of a version's serialized form after a start parsed it holding the lock every other request
+    waits for (a consumer fetching each schema id once)."""
+    store = klog.open(data_dir)
+    registry = Registry(store)
+    server = RegistryServer(registry, "127.0.0.1", 0, log=lambda line: None).start()
+    try:
+        registry.register("s", 'syntax = "proto3";\nmessage M { int32 x = 1; }', "PROTOBUF")
+        under_lock: list[bool] = []
+        real_parse = schemas.parse
+
+        def parse_spy(*args, **kwargs):
+            under_lock.append(registry.lock._is_owned())
+            return real_parse(*args, **kwargs)
+        monkeypatch.setattr(schemas, "parse", parse_spy)
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/schemas/ids/1?format=serialized", "/subjects/s/versions/1?format=serialized"):
+            registry._stored.clear()  # as after a start
+            status, answer = call(base, "GET", path)
+            assert status == 200 and not answer["schema"].startswith("syntax")
+        assert under_lock == [False, False]
+    finally:
+        server.close()
+        registry.close()
+        store.close()
+
+
+
 def test_register_text_and_serialized_forms_get_one_id_and_answer_confluents_forms(url):
     assert register(url, "orders-value", ORDER) == (200, {"id": 1})
     assert register(url, "orders-value", ORDER_CANONICAL) == (200, {"id": 1})  # the same schema, no new version
@@ -430,6 +688,20 @@ def test_register_text_and_serialized_forms_get_one_id_and_answer_confluents_for
     assert register(url, "other-value", serialized) == (200, {"id": 2})
     status, refused = register(url, "bad-value", 'syntax = "proto3";\nmessage M {\n  int32 a = 1\n}')
     assert (status, refused["error_code"]) == (422, 42201) and "line 4" in refused["message"]
+
+
+def test_a_body_with_half_a_surrogate_pair_is_a_400_not_a_500(url):
+    """json reads "\\ud800" as a lone surrogate, which cannot be written to _schemas as UTF-8 (it was a 500)."""
+    for schema_type, text in (("AVRO", '{"type": "record", "name": "R", "doc": "\\ud800", "fields": []}'),
+                              ("PROTOBUF", 'syntax = "proto3";\noption java_package = "\\ud800";')):
+        escaped = json.dumps(text).replace("\\\\ud800", "\\ud800")  # the schema's text has the half pair itself
+        body = f'{{"schemaType": "{schema_type}", "schema": {escaped}}}'
+        request = urllib.request.Request(url + "/subjects/s/versions", data=body.encode(), method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400
+        assert json.loads(refused.value.read())["message"] == "the request body has half a UTF-16 surrogate pair"
+    assert call(url, "GET", "/subjects") == (200, [])
 
 
 def test_references_resolve_are_answered_and_guard_deletion(url):
