@@ -315,16 +315,16 @@ class StableView:
             if replaced:
                 self._reset()  # truncated or replaced: walk everything again
                 return self.refresh(bound)
-            later = [b for b in bases if b > base]
+            at = bisect.bisect_right(bases, base)  # (not a scan of `bases` per segment: O(segments^2) on a first walk)
             if stopped:
                 break
-            if not later:
+            if at == len(bases):
                 if max(self._next_offset, base) < bound:
                     self._walk_cut(segment, bound)
                 break
             if self._scan_pos != size:
                 self._walk_cut(segment, bound)
-            self._scan_base, self._scan_pos, self._scan_ino = later[0], 0, None
+            self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
         return self._lso
 
