@@ -112,8 +112,7 @@ def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: in
                      result: PartitionCleanup) -> _CompactionPlan | None:
     """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
     config = store.log_config(topic)
-    stable_end, aborted = _stable(part)
-    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), stable_end, now_ms,
+    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), _stable(part), now_ms,
                                   config.min_compaction_lag_ms)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
@@ -121,20 +120,31 @@ def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: in
         return None
     for replica in part.replicas:
         replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
-    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas], aborted)
+    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas], _aborted(part, rng))
 
 
-def _stable(part: Partition) -> tuple[int, Callable[[BatchHeader], bool]]:
+def _stable(part: Partition) -> int:
     """Where cleaning must stop, the last stable offset (Kafka's cleaner cleans nothing of a
-    transaction still open: one that aborts later would have removed the values it replaced), and
-    the aborted transactions' batches below it (copied: the cleaning reads them without the lock)."""
+    transaction still open: one that aborts later would have removed the values it replaced)."""
+    from klog.broker.offsets import stable_view
+
+    view, view_lock = stable_view(part)
+    with view_lock:
+        return view.refresh(part.high_watermark())
+
+
+def _aborted(part: Partition, rng: cleaner.CleanableRange) -> Callable[[BatchHeader], bool]:
+    """The batches of the aborted transactions the offset map's range [first dirty, first
+    uncleanable) holds (copied: the cleaning reads them without the lock). Only those: every
+    aborted range of the log's history (a compacted topic keeps its markers) was copied under the
+    partition's lock at each cleaning."""
     from klog.broker.offsets import stable_view
     from klog.store.txn import aborted_filter
 
     view, view_lock = stable_view(part)
     with view_lock:
-        lso = view.refresh(part.high_watermark())
-        return lso, aborted_filter(view.aborted_between(0, lso))
+        view.refresh(part.high_watermark())  # (nothing new to walk under the lock, but the view is shared)
+        return aborted_filter(view.aborted_between(rng.first_dirty, rng.first_uncleanable))
 
 
 def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPlan, now_ms: int,
@@ -332,7 +342,7 @@ def _cleanable(store: BrokerStore, topic: str, partition: int, now_ms: int) -> t
     """The partition's cleanable range, read without its lock (segment sizes, the cleaner checkpoint)."""
     config = store.log_config(topic)
     part = store.partition(topic, partition)
-    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), _stable(part)[0], now_ms,
+    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), _stable(part), now_ms,
                                          config.min_compaction_lag_ms)
 
 
