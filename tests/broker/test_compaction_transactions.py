@@ -77,3 +77,31 @@ def test_confluent_read_committed_after_compaction_through_serve(kafka_server):
     # the aborted values are gone from the log itself (emptied batches), as Kafka's cleaner removes them
     assert _latest(kafka_server.bootstrap, "cl", "read_uncommitted", 4) == expected
     assert {r.key: r.value for r in store.consumer("cl", isolation_level="read_committed")} == expected
+
+
+def test_a_compacted_partition_not_due_is_not_walked_for_its_last_stable_offset(data_dir, monkeypatch):
+    """The last stable offset bounds a cleaning, and finding it walks the batch headers (all of them
+    the first time: 0.8 s of CPU for a 5,000-segment partition). `klog topics clean` and serve's
+    log cleaner walked every compacted partition, due or not: a partition not due by the high
+    watermark is not due by the last stable offset either, so it is no longer walked."""
+    import klog
+    from klog.store.txn import StableView
+
+    walks = []
+    refresh = StableView.refresh
+    monkeypatch.setattr(StableView, "refresh", lambda view, bound: walks.append(bound) or refresh(view, bound))
+    with klog.open(data_dir) as store:
+        store.create_topic("nd", 1, configs={"cleanup.policy": "compact", "segment.bytes": "200",
+                                             "min.cleanable.dirty.ratio": "0.99"})
+        with store.producer() as plain:
+            for i in range(8):
+                plain.send("nd", b"x%d" % i, key=b"k%d" % (i % 4), partition=0)
+                plain.flush()
+                if i == 5:
+                    [forced] = lifecycle.compact(store, "nd")  # forced: bounded by the last stable offset
+                    assert forced.compacted and walks
+                    walks.clear()
+        assert not lifecycle.compaction_due(store, "nd", 0)
+        [cleaned] = lifecycle.clean(store, "nd")
+        assert not cleaned.compacted and 0 < cleaned.dirty_ratio < 0.99
+        assert walks == []  # (before: one walk in compaction_due, two in clean)
