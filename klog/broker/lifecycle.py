@@ -112,8 +112,8 @@ def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: in
                      result: PartitionCleanup) -> _CompactionPlan | None:
     """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
     config = store.log_config(topic)
-    rng = _by_high_watermark(part, now_ms, config)
-    if force or _due(part, rng, now_ms, config):
+    rng = None if force else _by_high_watermark(part, now_ms, config)  # (one listing under the lock if forced)
+    if rng is None or _due(part, rng, now_ms, config):
         rng = _range(part, _stable(part), now_ms, config)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
