@@ -109,10 +109,12 @@ class _CompactionPlan:
 
 
 def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
-                     result: PartitionCleanup) -> _CompactionPlan | None:
-    """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
+                     result: PartitionCleanup, walked: bool) -> _CompactionPlan | None:
+    """Lock held: what to clean, if compaction is due; the sealed segments fsynced first. `walked`:
+    the last stable offset was found off the lock just before (forced, or found due by the high
+    watermark), so no due check by the high watermark again under the lock."""
     config = store.log_config(topic)
-    rng = None if force else _by_high_watermark(part, now_ms, config)  # (one listing under the lock if forced)
+    rng = None if walked else _by_high_watermark(part, now_ms, config)
     if rng is None or _due(part, rng, now_ms, config):
         rng = _range(part, _stable(part), now_ms, config)
     result.dirty_ratio = rng.dirty_ratio
@@ -212,7 +214,8 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
     part = store.partition(topic, partition)
     plan = None
     compacting = config.compacted and (compact or force_compact)
-    if compacting and (force_compact or _due(part, _by_high_watermark(part, now_ms, config), now_ms, config)):
+    walked = compacting and (force_compact or _due(part, _by_high_watermark(part, now_ms, config), now_ms, config))
+    if walked:
         _stable(part)  # the walk of the headers off the lock: the plan's look under it reads only what came since
     with part.lock:
         part = _locked(store, topic, partition)
@@ -221,7 +224,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         if retain:
             _retain(store, topic, part, now_ms, result)
         if compacting:
-            plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
+            plan = _plan_compaction(store, topic, part, now_ms, force_compact, result, walked)
     # the cleaning itself runs without the lock, so produces are not held up; segments changed
     # under it (retention, delete-records, another cleaner) make it start over from a new plan
     while plan is not None and not _compact(store, topic, partition, plan, now_ms, result, throttler):
@@ -232,7 +235,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
             _stable(part)  # (off the lock, as above: the swap that abandoned the cleaning may have reset it)
             with part.lock:
                 part = _locked(store, topic, partition)
-                plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
+                plan = _plan_compaction(store, topic, part, now_ms, force_compact, result, walked=True)
     return result
 
 
