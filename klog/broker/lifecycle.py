@@ -109,32 +109,59 @@ class _CompactionPlan:
 
 
 def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
-                     result: PartitionCleanup) -> _CompactionPlan | None:
-    """Lock held: what to clean, if compaction is due; the sealed segments fsynced first."""
+                     result: PartitionCleanup, walked: bool) -> _CompactionPlan | None:
+    """Lock held: what to clean, if compaction is due; the sealed segments fsynced first. `walked`:
+    the last stable offset was found off the lock just before (forced, or found due by the high
+    watermark), so no due check by the high watermark again under the lock."""
     config = store.log_config(topic)
-    stable_end, aborted = _stable(part)
-    rng = cleaner.cleanable_range(part.leader, _checkpoint(part).read(), stable_end, now_ms,
-                                  config.min_compaction_lag_ms)
+    rng = None if walked else _by_high_watermark(part, now_ms, config)
+    if rng is None or _due(part, rng, now_ms, config):
+        rng = _range(part, _stable(part), now_ms, config)
     result.dirty_ratio = rng.dirty_ratio
     result.cleanable_end = rng.first_uncleanable
     if not force and not _due(part, rng, now_ms, config):
         return None
     for replica in part.replicas:
         replica.finish_flushes()  # the segments it rewrites are fsynced as they were sealed first
-    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas], aborted)
+    return _CompactionPlan(rng, [(r.directory, r.config) for r in part.replicas], _aborted(part, rng))
 
 
-def _stable(part: Partition) -> tuple[int, Callable[[BatchHeader], bool]]:
+def _range(part: Partition, end: int, now_ms: int, config: LogConfig) -> cleaner.CleanableRange:
+    return cleaner.cleanable_range(part.leader, _checkpoint(part).read(), end, now_ms, config.min_compaction_lag_ms)
+
+
+def _by_high_watermark(part: Partition, now_ms: int, config: LogConfig) -> cleaner.CleanableRange:
+    """The cleanable range bounded by the high watermark, which needs no walk of the headers (the
+    last stable offset does: a first one reads every batch header of the log). When it is not
+    due, the range bounded by the last stable offset (at most the high watermark) is not either:
+    a lower end only shrinks the dirty part, its first dirty offset (and so its age) unchanged
+    while it holds anything. So `klog topics clean` and serve's passes walk only partitions that
+    may be due."""
+    return _range(part, part.high_watermark(), now_ms, config)
+
+
+def _stable(part: Partition) -> int:
     """Where cleaning must stop, the last stable offset (Kafka's cleaner cleans nothing of a
-    transaction still open: one that aborts later would have removed the values it replaced), and
-    the aborted transactions' batches below it (copied: the cleaning reads them without the lock)."""
+    transaction still open: one that aborts later would have removed the values it replaced)."""
+    from klog.broker.offsets import stable_view
+
+    view, view_lock = stable_view(part)
+    with view_lock:
+        return view.refresh(part.high_watermark())
+
+
+def _aborted(part: Partition, rng: cleaner.CleanableRange) -> Callable[[BatchHeader], bool]:
+    """The batches of the aborted transactions the offset map's range [first dirty, first
+    uncleanable) holds (copied: the cleaning reads them without the lock). Only those: every
+    aborted range of the log's history (a compacted topic keeps its markers) was copied under the
+    partition's lock at each cleaning."""
     from klog.broker.offsets import stable_view
     from klog.store.txn import aborted_filter
 
     view, view_lock = stable_view(part)
     with view_lock:
-        lso = view.refresh(part.high_watermark())
-        return lso, aborted_filter(view.aborted_between(0, lso))
+        view.refresh(part.high_watermark())  # (nothing new to walk under the lock, but the view is shared)
+        return aborted_filter(view.aborted_between(rng.first_dirty, rng.first_uncleanable))
 
 
 def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPlan, now_ms: int,
@@ -183,11 +210,12 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
     (or `force_compact`). A producer's roll calls it with compact=False: cleaning may take long.
     `throttler` paces the compaction's reads and writes (log.cleaner.io.max.bytes.per.second)."""
     now_ms = _now_ms(clock)
-    compacted = store.log_config(topic).compacted
+    config = store.log_config(topic)
     part = store.partition(topic, partition)
     plan = None
-    compacting = compacted and (compact or force_compact)
-    if compacting:
+    compacting = config.compacted and (compact or force_compact)
+    walked = compacting and (force_compact or _due(part, _by_high_watermark(part, now_ms, config), now_ms, config))
+    if walked:
         _stable(part)  # the walk of the headers off the lock: the plan's look under it reads only what came since
     with part.lock:
         part = _locked(store, topic, partition)
@@ -196,7 +224,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
         if retain:
             _retain(store, topic, part, now_ms, result)
         if compacting:
-            plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
+            plan = _plan_compaction(store, topic, part, now_ms, force_compact, result, walked)
     # the cleaning itself runs without the lock, so produces are not held up; segments changed
     # under it (retention, delete-records, another cleaner) make it start over from a new plan
     while plan is not None and not _compact(store, topic, partition, plan, now_ms, result, throttler):
@@ -207,7 +235,7 @@ def clean_partition(store: BrokerStore, topic: str, partition: int, *, clock: Cl
             _stable(part)  # (off the lock, as above: the swap that abandoned the cleaning may have reset it)
             with part.lock:
                 part = _locked(store, topic, partition)
-                plan = _plan_compaction(store, topic, part, now_ms, force_compact, result)
+                plan = _plan_compaction(store, topic, part, now_ms, force_compact, result, walked=True)
     return result
 
 
@@ -328,21 +356,18 @@ def delete_records(store: BrokerStore, topic: str, *, before_offset: int | None 
     return out
 
 
-def _cleanable(store: BrokerStore, topic: str, partition: int, now_ms: int) -> tuple[Partition, cleaner.CleanableRange]:
-    """The partition's cleanable range, read without its lock (segment sizes, the cleaner checkpoint)."""
-    config = store.log_config(topic)
-    part = store.partition(topic, partition)
-    return part, cleaner.cleanable_range(part.leader, _checkpoint(part).read(), _stable(part)[0], now_ms,
-                                         config.min_compaction_lag_ms)
-
-
 def dirty_ratio(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None) -> float:
-    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only."""
-    return _cleanable(store, topic, partition, _now_ms(clock))[1].dirty_ratio
+    """The share of the cleanable log not yet compacted (0 when nothing is cleanable); read-only,
+    without the partition's lock (segment sizes, the cleaner checkpoint, the last stable offset)."""
+    part = store.partition(topic, partition)
+    return _range(part, _stable(part), _now_ms(clock), store.log_config(topic)).dirty_ratio
 
 
 def compaction_due(store: BrokerStore, topic: str, partition: int, *, clock: Clock | None = None) -> bool:
     """Whether `klog topics clean` would compact this partition now; read-only, without its lock."""
     now_ms = _now_ms(clock)
-    part, rng = _cleanable(store, topic, partition, now_ms)
-    return _due(part, rng, now_ms, store.log_config(topic))
+    config = store.log_config(topic)
+    part = store.partition(topic, partition)
+    if not _due(part, _by_high_watermark(part, now_ms, config), now_ms, config):
+        return False  # (nor by the last stable offset: see _by_high_watermark)
+    return _due(part, _range(part, _stable(part), now_ms, config), now_ms, config)
