@@ -114,7 +114,7 @@ def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: in
     the last stable offset was found off the lock just before (forced, or found due by the high
     watermark), so no due check by the high watermark again under the lock."""
     config = store.log_config(topic)
-    rng = None if walked else _by_high_watermark(part, now_ms, config)
+    rng = None if walked or force else _by_high_watermark(part, now_ms, config)  # (forced: never past the LSO)
     if rng is None or _due(part, rng, now_ms, config):
         rng = _range(part, _stable(part), now_ms, config)
     result.dirty_ratio = rng.dirty_ratio

@@ -21,7 +21,7 @@ def test_a_cleaning_with_the_same_pid_and_counter_keeps_its_own_files(store, mon
     part = store.partition("c", 0)
     with part.lock:
         plan = lifecycle._plan_compaction(store, "c", lifecycle._locked(store, "c", 0), NOW, True,
-                                          lifecycle.PartitionCleanup("c", 0, 0, 0))
+                                          lifecycle.PartitionCleanup("c", 0, 0, 0), walked=True)
     first = cleaner.build_cleaning(plan.replicas, plan.rng, NOW, 0)
     monkeypatch.setattr(cleaner, "_temp_counter", itertools.count())  # the other process's counter, same pid
     second = cleaner.build_cleaning(plan.replicas, plan.rng, NOW, 0)
