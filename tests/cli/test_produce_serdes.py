@@ -139,10 +139,16 @@ def test_union_members_and_special_floats_go_back_in_as_the_same_bytes(cli, data
     key = framed(8, ["int", "long"], ("long", 7))
     produce(data_dir, "t", [(key, framed(4, BRANCHY, BRANCHY_DATUM))])
     answers = {"/schemas/ids/4": {"schema": json.dumps(BRANCHY)}, "/schemas/ids/8": {"schema": '["int", "long"]'}}
+    assert_a_json_copy_keeps_the_bytes(cli, data_dir, answers, 8, 4)
+
+
+def assert_a_json_copy_keeps_the_bytes(cli, data_dir: str, answers: dict, key_id: int, value_id: int) -> None:  # noqa: ANN001
+    """consume -s --json of topic t, produce -s --input json of that into `copy` (schema ids given): the
+    same keys and values, byte for byte."""
     with stub_registry(answers) as url:
         copied = cli("consume", "t", "-s", "avro", "-r", url, "--json").stdout
-        done = cli("produce", "copy", "-s", "avro", "--schema", "key=id:8", "--schema", "value=id:4", "-r", url,
-                   "--input", "json", input=copied)
+        done = cli("produce", "copy", "-s", "avro", "--schema", f"key=id:{key_id}", "--schema",
+                   f"value=id:{value_id}", "-r", url, "--input", "json", input=copied)
     assert done.exit_code == 0, done.stderr
     with klog.open(data_dir) as store:
         assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
@@ -197,13 +203,7 @@ def test_a_json_copy_keeps_string_values_avro_nulls_and_tombstones(cli, data_dir
     produce(data_dir, "t", [(None, framed(5, schema, "hello")), (None, framed(5, schema, None)), (None, None),
                             (framed(6, "string", "k"), framed(5, schema, "é"))])
     answers = {"/schemas/ids/5": {"schema": json.dumps(schema)}, "/schemas/ids/6": {"schema": '"string"'}}
-    with stub_registry(answers) as url:
-        copied = cli("consume", "t", "-s", "avro", "-r", url, "--json").stdout
-        done = cli("produce", "copy", "-s", "avro", "--schema", "key=id:6", "--schema", "value=id:5", "-r", url,
-                   "--input", "json", input=copied)
-    assert done.exit_code == 0, done.stderr
-    with klog.open(data_dir) as store:
-        assert [(r.key, r.value) for r in store.consumer("copy")] == [(r.key, r.value) for r in store.consumer("t")]
+    assert_a_json_copy_keeps_the_bytes(cli, data_dir, answers, 6, 5)
 
 
 def test_an_unknown_field_is_refused_and_a_missing_one_takes_its_default(cli, data_dir):
