@@ -311,19 +311,7 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
                     held = False
                 if not held:
                     raise DataError(next(refused for name, refused in must if v.get(name) is None))
-            out = None  # a copy only where a part changes (a plain float does not)
-            for name, c, n in todo:
-                x = v.get(name)
-                if x is None:
-                    if n is None:
-                        continue
-                    y = n()
-                elif c is None or (y := c(x)) is x:
-                    continue
-                if out is None:
-                    out = dict(v)
-                out[name] = y
-            return v if out is None else out
+            return _converted_fields(v, todo)
 
         return struct
     if kind == "map" and not _string_keys(schema):
@@ -407,21 +395,27 @@ def _struct_writer(parts: list[tuple[str, ValueFn | None, Callable[[], Any] | No
         for name in must:
             if v[name] is None:
                 raise DataError(NULL_REQUIRED)
-        out = None  # a copy only where a part changes (a plain float does not)
-        for name, c, n in todo:
-            x = v[name]
-            if x is None:
-                if n is None:
-                    continue
-                y = n()
-            elif c is None or (y := c(x)) is x:
-                continue
-            if out is None:
-                out = dict(v)
-            out[name] = y
-        return v if out is None else out
+        return _converted_fields(v, todo)
 
     return struct
+
+
+def _converted_fields(v: dict, todo: list[tuple[str, ValueFn | None, NullFn | None]]) -> dict:
+    """A struct value with each `todo` field converted (`c`) or its null replaced (`n`), copied only where
+    a part changes (a plain float does not): the reading and the writing walks alike."""
+    out = None
+    for name, c, n in todo:
+        x = v.get(name)
+        if x is None:
+            if n is None:
+                continue
+            y = n()
+        elif c is None or (y := c(x)) is x:
+            continue
+        if out is None:
+            out = dict(v)
+        out[name] = y
+    return v if out is None else out
 
 
 def _nullable(convert: ValueFn | None, null: Callable[[], Any] | None) -> ValueFn | None:
