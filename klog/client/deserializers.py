@@ -124,21 +124,8 @@ class RecordDecoder:
         self.serdes = serdes
         self._readers: dict[int, Callable[[bytes], bytes]] = {}
         self._last: tuple[Record | None, Any] = (None, None)
-        self.registry = None
-        if any(f in REGISTRY_FORMATS for f in serdes.values()):
-            if not registry_url:
-                wanted = sorted({f for f in serdes.values() if f in REGISTRY_FORMATS})
-                raise UsageError(f"-s {'/'.join(wanted)} needs the Schema Registry's URL: give -r URL")
-            from klog.protocol.registry_client import RegistryClient
-
-            self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None,
-                                           timeout_s=REGISTRY_TIMEOUT_S)
-            if "avro" in serdes.values():
-                _fastavro()  # (missing: one line now, not at the first record)
-            if "protobuf" in serdes.values():
-                from klog.client.protobuf_codec import _modules
-
-                _modules()
+        wanted = {f for f in serdes.values() if f in REGISTRY_FORMATS}
+        self.registry = open_registry(wanted, registry_url) if wanted else None
 
     def decode(self, r: Record) -> DecodedRecord:
         if isinstance(r, DecodedRecord):
@@ -276,6 +263,24 @@ def _referenced(registry: Any, references: Any, seen: set, deadline: float, erro
         out += _referenced(registry, doc.get("references") or [], seen, deadline, error)
         out.append(doc["schema"])
     return out
+
+
+def open_registry(formats: set[str], registry_url: str | None) -> Any:
+    """The Schema Registry `-r` names (one URL or a comma-separated list; user:password@ in a URL is
+    sent as basic auth) for `-s` of `formats`: UsageError without one, and a missing package those
+    formats need named now, not at the first record."""
+    if not registry_url:
+        raise UsageError(f"-s {'/'.join(sorted(formats))} needs the Schema Registry's URL: give -r URL")
+    from klog.protocol.registry_client import RegistryClient
+
+    if "avro" in formats:
+        _fastavro()
+    if "protobuf" in formats:
+        from klog.client.protobuf_codec import _modules
+
+        _modules()
+    return RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None,
+                          timeout_s=REGISTRY_TIMEOUT_S)
 
 
 def _json_text(body: bytes) -> bytes:

@@ -26,6 +26,7 @@ from klog.client.deserializers import (
     MAGIC,
     REGISTRY_FORMATS,
     _fastavro,
+    open_registry,
     parse_serdes,
     referenced_schemas,
     strict_json,
@@ -72,17 +73,10 @@ class RecordEncoder:
 
     def __init__(self, encodings: dict[str, str], registry_url: str | None, topic: str,
                  schemas: dict[str, str] | None = None) -> None:
-        if not registry_url:
-            raise UsageError(f"-s {'/'.join(sorted(set(encodings.values())))} needs the Schema Registry's URL: "
-                             "give -r URL")
-        from klog.protocol.registry_client import RegistryClient
-
+        self.registry = open_registry(set(encodings.values()), registry_url)
         self.encodings = encodings
         self.fields = tuple(encodings)  # (an --input json envelope's members taken as JSON documents)
-        self.registry = RegistryClient([u.strip() for u in registry_url.split(",") if u.strip()], None, timeout_s=10.0)
         self.topic = topic
-        if "avro" in encodings.values():
-            _fastavro()
         # a schema per field, settled before the first record (a bad schema: nothing written); but a bare
         # `-s avro` names keys too, and input without keys needs no key schema: the key's latest is asked for
         # at the first key
