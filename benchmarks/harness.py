@@ -64,6 +64,9 @@ class Bench:
     tmp: str  # a temporary folder of the case's own, removed afterwards
     rounds_override: int | None = None
     rows: list[Row] = field(default_factory=list)
+    # a run narrowed to some of a case's sub-cases: its rows replace only the old rows of the same
+    # sub-case (their `what` up to a parenthesis), not every row of the case
+    narrowed: bool = False
 
     def size(self, full: int, smoke: int) -> int:
         return smoke if self.smoke else full

@@ -50,8 +50,8 @@ def title(module) -> str:  # noqa: ANN001
     return (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
 
 
-def run_case(name: str, smoke: bool, rounds: int | None) -> tuple[list[Row], str, bool]:
-    """(rows, 'when, load' note, ok)."""
+def run_case(name: str, smoke: bool, rounds: int | None) -> tuple[list[Row], str, bool, bool]:
+    """(rows, 'when, load' note, ok, narrowed: see Bench.narrowed)."""
     module = load_case(name)
     print(f"== {name}: {title(module)}", flush=True)
     load_before = os.getloadavg()[0]
@@ -69,7 +69,7 @@ def run_case(name: str, smoke: bool, rounds: int | None) -> tuple[list[Row], str
     load_after = os.getloadavg()[0]
     when = f"{datetime.date.today().isoformat()}, load {load_before:.1f}-{load_after:.1f}"
     print(f"   ({time.monotonic() - started:.1f} s, load {load_before:.1f} -> {load_after:.1f})", flush=True)
-    return bench.rows, when, ok
+    return bench.rows, when, ok, bench.narrowed
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
@@ -84,12 +84,38 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-def write_results(results: dict[str, tuple[list[Row], str]], readme: Path = README) -> None:
+def _sub_case(line: str) -> str:
+    """A results line's sub-case: its `what` column up to a parenthesis (what was measured, not how often)."""
+    return line.split("|")[2].split(" (")[0].strip() if line.count("|") > 2 else ""
+
+
+def _merged(old: list[str], new: list[str]) -> list[str]:
+    """`old` with each sub-case `new` covers replaced by its new lines, where its first old line was
+    (a sub-case new to the table goes last)."""
+    fresh: dict[str, list[str]] = {}
+    for line in new:
+        fresh.setdefault(_sub_case(line), []).append(line)
+    out: list[str] = []
+    for line in old:
+        sub = _sub_case(line)
+        if sub in fresh:
+            out += fresh.pop(sub)
+        elif not any(_sub_case(o) == sub for o in new):
+            out.append(line)
+    return out + [line for lines in fresh.values() for line in lines]
+
+
+def write_results(results: dict[str, tuple[list[Row], str]], readme: Path = README,
+                  narrowed: frozenset[str] = frozenset()) -> None:
+    """`narrowed`: cases whose run covered some of their sub-cases (their other rows are kept)."""
     text = readme.read_text(encoding="utf-8")
     rows = table_rows(text)
     for name, (case_rows, when) in results.items():
         cell = lambda s: s.replace("|", "\\|")  # noqa: E731 - a figure may hold a pipe
-        rows[name] = [f"| `{name}` | {cell(r.what)} | {cell(r.figure)} | {cell(r.peer)} | {when} |" for r in case_rows]
+        new = [f"| `{name}` | {cell(r.what)} | {cell(r.figure)} | {cell(r.peer)} | {when} |" for r in case_rows]
+        if name in narrowed:
+            new = _merged(rows.get(name, []), new)
+        rows[name] = new
     lines = [line for name in sorted(rows) for line in rows[name]]
     block = f"{START}\n{HEADER}\n" + "\n".join(lines) + f"\n{END}"
     if START in text:
@@ -118,15 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks/run.py: no case {', '.join(unknown)} (there are: {', '.join(names)})", file=sys.stderr)
         return 2
     results: dict[str, tuple[list[Row], str]] = {}
+    narrowed: set[str] = set()
     failed = []
     for name in args.cases or names:
-        rows, when, ok = run_case(name, args.smoke, args.rounds)
+        rows, when, ok, partial = run_case(name, args.smoke, args.rounds)
         if ok:
             results[name] = (rows, when)
+            if partial:
+                narrowed.add(name)
         else:
             failed.append(name)
     if not args.smoke and not args.no_write and results:
-        write_results(results)
+        write_results(results, narrowed=frozenset(narrowed))
         print(f"wrote {len(results)} case(s) into {README.relative_to(HERE.parent)}")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -81,6 +81,23 @@ def test_a_full_run_replaces_only_its_own_rows(tmp_path: Path) -> None:
     assert text.startswith("# Benchmarks\n\ntext\n") and text.endswith("\n\nafter\n")
 
 
+def test_a_narrowed_run_replaces_only_the_rows_it_measured(tmp_path: Path) -> None:
+    run = load_run()
+    from harness import Row
+
+    readme = tmp_path / "README.md"
+    old = ["| `partitions` | keyed into 1,000 (median of 5) | 0.36 s | | 2026-01-01, load 1 |",
+           "| `partitions` | keyed into 10,000 (median of 5) | 1.03 s | | 2026-01-01, load 1 |",
+           "| `partitions` | serve into 1,000 | 0.45 s | | 2026-01-01, load 1 |"]
+    readme.write_text("\n".join([run.START, run.HEADER, *old, run.END, ""]))
+    rows = [Row("partitions", "keyed into 1,000 (median of 7)", "0.30 s"),
+            Row("partitions", "serve_many into 1,000", "0.28 s")]
+    run.write_results({"partitions": (rows, "2026-11-29, load 2")}, readme, narrowed=frozenset({"partitions"}))
+    lines = [line for line in readme.read_text().splitlines() if line.startswith("| `partitions`")]
+    assert lines == ["| `partitions` | keyed into 1,000 (median of 7) | 0.30 s |  | 2026-11-29, load 2 |",
+                     old[1], old[2], "| `partitions` | serve_many into 1,000 | 0.28 s |  | 2026-11-29, load 2 |"]
+
+
 # the cases in three runs of the harness, so two test workers share them (one run of every case was the
 # suite's longest test, ~110 s); the longest cases are dealt out first, one to each run
 SMOKE_SHARES = 3

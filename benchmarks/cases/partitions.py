@@ -8,6 +8,12 @@ by a small parent process: user + system CPU seconds and peak RSS):
 - serve: the same keyed records through `klog serve` from confluent-kafka (linger 50 ms; librdkafka
   sends one partition per Produce request, so a wide topic is a burst of small pipelined requests);
   the server's CPU and RSS (/proc);
+- serve_many: the same keyed records through `klog serve` in Produce v9 requests of many partitions
+  each, as Kafka's Java client, kafka-python and sarama send them (librdkafka does not): each
+  partition's records in batches of up to 1 MB, requests of up to 1 MB (max.request.size's default),
+  so that 1 and 1,000 partitions take the same number of requests (~24) and only the partitions
+  per request differ; the batches are encoded before the clock starts; the server's CPU and RSS,
+  `again` the median of alternated rounds (a server per partition count);
 - mirror: `klog mirror SRC DEST t` of the keyed topic between two local stores.
 Each writes into the topic twice: `first` into the new topic (it creates every partition's files),
 then `again` (the steady state). The peer of each partition count is one partition, same run. For
@@ -17,7 +23,7 @@ a shared machine moves CPU time by ±20% from one run to the next).
 Before/after in one run: KLOG_BENCH_BASELINE=<another checkout> (e.g. main's) runs produce and -K
 from that checkout's code too, its `again` rounds alternated with this tree's, each count in its own
 store; its figures are printed beside this tree's. KLOG_BENCH_PARTITION_COUNTS (e.g. `1,1000`) and
-KLOG_BENCH_PARTITION_CASES (e.g. `keyed,serve`) narrow a run.
+KLOG_BENCH_PARTITION_CASES (e.g. `keyed,serve`) narrow a run (its rows replace only those it measured).
 """
 
 from __future__ import annotations
@@ -131,6 +137,129 @@ def case_serve(env: dict, work: str, partitions: int, path: str) -> dict[str, tu
     return out
 
 
+REQUEST_BYTES_MAX = 1 << 20  # the Java client's max.request.size default
+
+
+def _produce_requests(path: str, partitions: int) -> list[bytes]:
+    """Produce v9 frames (acks all) of the keyed input: each partition's records (murmur2 of the
+    key, as every client partitions) in batches of up to 1 MB, packed into requests of up to 1 MB."""
+    import struct
+
+    from klog.client.partitioner import partition_for_key
+    from klog.store.codec import encode_batch, encode_uvarint
+
+    now = int(time.time() * 1000)
+    by_partition: dict[int, list] = {}
+    with open(path, "rb") as f:
+        for line in f:
+            key, _, value = line.rstrip(b"\n").partition(b":")
+            by_partition.setdefault(partition_for_key(key, partitions), []).append((key, value, (), now))
+    batches: list[tuple[int, bytes]] = []
+    for p in sorted(by_partition):
+        records, start, size = by_partition[p], 0, 0
+        for i, (key, value, _, _) in enumerate(records):
+            size += len(key) + len(value) + 16
+            if size > REQUEST_BYTES_MAX - 1024 or i == len(records) - 1:
+                batches.append((p, encode_batch(records[start:i + 1])))
+                start, size = i + 1, 0
+    frames, pending, pending_bytes = [], [], 0
+
+    def flush() -> None:
+        entries = b"".join(struct.pack(">i", p) + encode_uvarint(len(b) + 1) + b + b"\0" for p, b in pending)
+        topic = encode_uvarint(2) + b"t" + encode_uvarint(len(pending) + 1) + entries + b"\0"
+        body = b"\0" + struct.pack(">hi", -1, 30_000) + encode_uvarint(2) + topic + b"\0"
+        header = struct.pack(">hhih", 0, 9, len(frames) + 1, 5) + b"bench" + b"\0"  # request header v2
+        frames.append(struct.pack(">i", len(header) + len(body)) + header + body)
+
+    for p, batch in batches:
+        if pending and pending_bytes + len(batch) > REQUEST_BYTES_MAX:
+            flush()
+            pending, pending_bytes = [], 0
+        pending.append((p, batch))
+        pending_bytes += len(batch) + 16
+    if pending:
+        flush()
+    return frames
+
+
+def case_serve_many(env: dict, work: str, counts: list[int], path: str, rounds: int) -> dict[int, dict[str, tuple]]:
+    """Per partition count, a server of its own: `first` into the new topic, then `again`: the
+    median of `rounds` rounds alternated over the counts (each server idle while another runs)."""
+    import socket
+
+    servers: dict[int, tuple[Serve, socket.socket, list[bytes]]] = {}
+    out: dict[int, dict[str, tuple]] = {}
+    again: dict[int, list[tuple[float, float, float]]] = {p: [] for p in counts}
+
+    def send_all(p: int) -> tuple[float, float, float]:
+        serve, sock, frames = servers[p]
+        cpu, start = serve.cpu_s(), time.monotonic()
+        for frame in frames:  # one at a time: the server's CPU per request is the measure
+            sock.sendall(frame)
+            answer = _read_frame(sock)
+            if not _all_acknowledged(answer):
+                raise SystemExit(f"klog serve refused a Produce: {answer[:200]!r}")
+        return serve.cpu_s() - cpu, serve.rss_mib(), time.monotonic() - start
+
+    try:
+        for p in counts:
+            data_dir = os.path.join(work, f"store-many-{p}")
+            create(env, data_dir, "t", p)
+            serve = Serve(data_dir, env, cwd=work)
+            servers[p] = (serve, socket.create_connection(("127.0.0.1", serve.port), timeout=120),
+                          _produce_requests(path, p))
+            out[p] = {"first": send_all(p)}
+        for r in range(rounds):
+            shift = r % len(counts)
+            for p in counts[shift:] + counts[:shift]:
+                again[p].append(send_all(p))
+    finally:
+        for serve, sock, _ in servers.values():
+            sock.close()
+            serve.close()
+    for p in counts:
+        out[p]["again"] = tuple(statistics.median(m[i] for m in again[p]) for i in range(3))
+        shutil.rmtree(os.path.join(work, f"store-many-{p}"))
+    return out
+
+
+def _read_frame(sock) -> bytes:  # noqa: ANN001 - a socket
+    def exactly(n: int) -> bytes:
+        got = bytearray()
+        while len(got) < n:
+            chunk = sock.recv(min(n - len(got), 1 << 20))
+            if not chunk:
+                raise SystemExit("klog serve closed the connection")
+            got += chunk
+        return bytes(got)
+
+    return exactly(int.from_bytes(exactly(4), "big"))
+
+
+def _all_acknowledged(answer: bytes) -> bool:
+    """Whether every partition entry of a Produce v9 answer (header v1: correlation id, tags) has error 0."""
+    def decode_uvarint(data: bytes, at: int) -> tuple[int, int]:
+        n = shift = 0
+        while data[at] & 0x80:
+            n |= (data[at] & 0x7F) << shift
+            shift += 7
+            at += 1
+        return n | data[at] << shift, at + 1
+
+    at = 5  # correlation id, header tags
+    topics, at = decode_uvarint(answer, at)
+    for _ in range(topics - 1):
+        name_len, at = decode_uvarint(answer, at)
+        at += name_len - 1
+        entries, at = decode_uvarint(answer, at)
+        for _ in range(entries - 1):  # index, error, base, append time, start, record errors, message, tags
+            if answer[at + 4:at + 6] != b"\0\0":
+                return False
+            at += 4 + 2 + 8 + 8 + 8 + 1 + 1 + 1
+        at += 1  # the topic's tags
+    return True
+
+
 def case_mirror(env: dict, work: str, partitions: int, path: str) -> dict[str, tuple]:
     src, dest = os.path.join(work, "src"), os.path.join(work, "dest")
     create(env, src, "t", partitions)
@@ -148,6 +277,7 @@ def run(bench: Bench) -> None:
     counts = [1, 1000, 10_000] if not bench.smoke else [1, 10]
     if os.environ.get("KLOG_BENCH_PARTITION_COUNTS"):
         counts = [int(c) for c in os.environ["KLOG_BENCH_PARTITION_COUNTS"].split(",")]
+        bench.narrowed = True
     env = bench.env
     envs = {"": env}
     baseline_repo = os.environ.get("KLOG_BENCH_BASELINE")
@@ -171,11 +301,13 @@ def run(bench: Bench) -> None:
     cases = {"produce": lambda: produce_case("produce", plain, False),
              "keyed": lambda: produce_case("keyed", keyed, True),
              "serve": lambda: serve_case(),
+             "serve_many": lambda: case_serve_many(env, bench.tmp, counts, keyed, rounds),
              "mirror": lambda: {p: case_mirror(env, bench.tmp, p, keyed) for p in counts}}
     if bench.smoke:  # (each case works; a smoke run must stay short)
-        cases = {"keyed": cases["keyed"], "serve": cases["serve"]}
+        cases = {"keyed": cases["keyed"], "serve": cases["serve"], "serve_many": cases["serve_many"]}
     if os.environ.get("KLOG_BENCH_PARTITION_CASES"):
         cases = {c: cases[c] for c in os.environ["KLOG_BENCH_PARTITION_CASES"].split(",")}
+        bench.narrowed = True
     for case, measure in cases.items():
         got = measure()
         if baseline_repo and case in produced:
@@ -189,7 +321,8 @@ def run(bench: Bench) -> None:
         for p in counts[1:]:
             cells = ", ".join(f"{label} {cpu:.2f} s CPU / {rss:.0f} MiB / {wall:.1f} s"
                               for label, (cpu, rss, wall) in got[p].items())
-            again = f"again (median of {rounds})" if case in ("produce", "keyed") and rounds > 1 else "again"
+            again = (f"again (median of {rounds})" if case in ("produce", "keyed", "serve_many") and rounds > 1
+                     else "again")
             bench.row(f"{case} of {lines:,} lines into {p:,} partitions (new topic, then {again})", cells,
                       f"1 partition again {one:.2f} s CPU / {got[1]['again'][1]:.0f} MiB: "
                       + (f"{got[p]['again'][0] / one:.2f}x CPU" if one else "too little CPU to compare"))
