@@ -13,6 +13,7 @@ from klog.protocol.apis import METADATA
 from klog.protocol.kafka import NO_THROTTLE, ZERO_UUID, E, make, response_for, topic_uuid
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
+from klog.server.metadata_response import NO_OPERATIONS, BrokerEntry, TopicEntry, metadata_answer
 from klog.store.names import INTERNAL_TOPICS
 
 
@@ -89,20 +90,14 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     for name, tid, meta, err in found:
         if name is None and version < 12:  # a null name (no ids before v12): Kafka's InvalidRequestException
             name, err = "", E.invalid_request
-        parts = ()
-        if meta is not None:
-            parts = tuple(make(mod.MetadataResponsePartition, error_code=E.none, partition_index=i,
-                               leader_id=node, leader_epoch=pm.leader_epoch, replica_nodes=(node,),
-                               isr_nodes=(node,), offline_replicas=())
-                          for i, pm in enumerate(meta.partitions))
-        topics.append(make(mod.MetadataResponseTopic, error_code=err, name=name,
-                           topic_id=topic_uuid(tid) if tid else ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
-                           partitions=parts, topic_authorized_operations=ops.get(name, NO_OPERATIONS)))
-    broker = make(mod.MetadataResponseBroker, node_id=node, host=ctx.broker.host, port=ctx.broker.port,
-                  rack=ctx.broker.rack)
-    return make(mod.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(broker,),
-                cluster_id=ctx.broker.cluster_id, controller_id=node, topics=tuple(topics),
-                cluster_authorized_operations=cluster_ops)
+        topics.append(TopicEntry(error=err, name=name, topic_id=topic_uuid(tid) if tid else None,
+                                 is_internal=name in INTERNAL_TOPICS,
+                                 leader_epochs=[pm.leader_epoch for pm in meta.partitions] if meta is not None else (),
+                                 authorized_operations=ops.get(name, NO_OPERATIONS)))
+    broker = ctx.broker
+    # laid out by hand (metadata_response): kio's entities and writer took ~8 us per partition entry
+    return metadata_answer(version, mod.MetadataResponse, (BrokerEntry(node, broker.host, broker.port, broker.rack),),
+                           broker.cluster_id, node, node, topics, cluster_ops)
 
 
 # -- DescribeTopicPartitions (KIP-966): what Kafka 3.9's admin client asks first in describeTopics ---------
@@ -115,7 +110,6 @@ TOPIC_OPERATION_BITS = (("READ", 3), ("WRITE", 4), ("CREATE", 5), ("DELETE", 6),
 # and on the cluster: CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
 CLUSTER_OPERATION_BITS = (("CREATE", 5), ("ALTER", 7), ("DESCRIBE", 8), ("CLUSTER_ACTION", 9),
                           ("DESCRIBE_CONFIGS", 10), ("ALTER_CONFIGS", 11), ("IDEMPOTENT_WRITE", 12))
-NO_OPERATIONS = -(2**31)  # the schemas' default: operations not asked for
 
 
 def topic_operations(ctx: RequestContext, name: str) -> int:
