@@ -38,8 +38,8 @@ class BrokerEntry:
 
 @dataclass(slots=True)
 class TopicEntry:
-    """One topic of the answer; its partitions are led by the answer's `leader`, index i with leader
-    epoch `leader_epochs[i]` (v7+), none of them in error."""
+    """One topic of the answer; its partitions are led by the answer's `leader`, index first_index + i
+    with leader epoch `leader_epochs[i]` (v7+), none of them in error."""
 
     error: int
     name: str | None  # None: a topic asked for by an unknown id (v12+)
@@ -47,6 +47,7 @@ class TopicEntry:
     is_internal: bool = False  # v1+
     leader_epochs: Sequence[int] = ()
     authorized_operations: int = NO_OPERATIONS  # v8+
+    first_index: int = 0  # (DescribeTopicPartitions pages through a topic's partitions)
 
 
 def _string(text: str | None, flexible: bool) -> bytes:
@@ -72,12 +73,15 @@ def _broker(version: int, broker: BrokerEntry) -> bytes:
     return out + (b"\0" if flexible else b"")
 
 
-def _partition_layout(version: int, leader: int) -> tuple[struct.Struct, bytes]:
+def _partition_layout(version: int, leader: int, elr: bool = False) -> tuple[struct.Struct, bytes]:
     """The struct of one partition entry (error code, index, leader, leader epoch v7+, then the
     bytes that follow as one field) and those bytes, the same for every partition: replicas and
-    ISR (the leader alone), no offline replicas (v5+), tagged fields (v9+)."""
+    ISR (the leader alone), no eligible leader replicas nor last known ELR (`elr`:
+    DescribeTopicPartitions), no offline replicas (v5+), tagged fields (v9+)."""
     flexible = version >= FIRST_FLEXIBLE
     tail = _int32s((leader,), flexible) * 2  # replicas, ISR: this node alone
+    if elr:
+        tail += _count(0, flexible) * 2
     if version >= 5:
         tail += _count(0, flexible)  # no offline replicas
     if flexible:
@@ -93,13 +97,13 @@ def _topic(version: int, topic: TopicEntry, partition: struct.Struct, tail: byte
         parts.append(topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID)
     if version >= 1:
         parts.append(b"\1" if topic.is_internal else b"\0")
-    epochs = topic.leader_epochs
+    epochs, first = topic.leader_epochs, topic.first_index
     parts.append(_count(len(epochs), flexible))
     pack = partition.pack
     if version >= 7:
-        parts.extend(pack(0, i, leader, epoch, tail) for i, epoch in enumerate(epochs))
+        parts.extend(pack(0, i, leader, epoch, tail) for i, epoch in enumerate(epochs, first))
     else:
-        parts.extend(pack(0, i, leader, tail) for i in range(len(epochs)))
+        parts.extend(pack(0, i, leader, tail) for i in range(first, first + len(epochs)))
     if version >= 8:
         parts.append(_I32.pack(topic.authorized_operations))
     if flexible:
@@ -128,3 +132,19 @@ def metadata_answer(version: int, response_type: type, brokers: Sequence[BrokerE
     if flexible:
         parts.append(b"\0")
     return RawBody(response_type, [b"".join(parts)], throttle_at=0 if version >= 3 else None)
+
+
+def describe_topic_partitions_answer(response_type: type, leader: int, topics: Sequence[TopicEntry],
+                                     next_cursor: tuple[str, int] | None) -> RawBody:
+    """DescribeTopicPartitions v0's response body: its topics are Metadata v12's, their partitions
+    with (empty) ELR fields; throttle time 0, the body's first int32. `next_cursor`: (topic name,
+    partition index)."""
+    partition, tail = _partition_layout(12, leader, elr=True)
+    parts = [b"\0\0\0\0", _count(len(topics), True)]
+    parts.extend(_topic(12, t, partition, tail, leader) for t in topics)
+    if next_cursor is None:
+        parts.append(b"\xff")  # a null struct (KIP-893's marker)
+    else:
+        parts += [b"\x01", _string(next_cursor[0], True), _I32.pack(next_cursor[1]), b"\0"]
+    parts.append(b"\0")
+    return RawBody(response_type, [b"".join(parts)], throttle_at=0)
