@@ -40,7 +40,6 @@ from klog.connect.avro import (
     RegistryClient,
     _ordered,
     _put_bounded,
-    check_latest_reads,
     framed_reader,
     scrub_name,
     split_name,
@@ -384,6 +383,9 @@ class _ToMessage:
         if schema.get("type") == "map":
             if not isinstance(value, dict):
                 raise DataError(f"{where}: a map value must be a dict, not {type(value).__name__}")
+            if fd.message_type.GetOptions().map_entry:
+                self._set_map(target, fd.message_type, schema, value, where)
+                return
             for k, v in value.items():
                 entry = target.add()
                 for part, x in (("key", k), ("value", v)):
@@ -401,6 +403,21 @@ class _ToMessage:
                 self._into_message(target.add(), items, x, f"{where}[]", False)
             else:
                 target.append(self._scalar(fd, items, x, f"{where}[]"))
+
+    def _set_map(self, target: Any, entry: Any, schema: Schema, value: dict, where: str) -> None:
+        """Into a proto map field (a schema with `map<K, V>`: use.latest.version's, or one not Confluent's)."""
+        key_fd, value_fd = entry.fields_by_name["key"], entry.fields_by_name["value"]
+        for k, v in value.items():
+            if k is None or v is None:
+                raise DataError(f"{where}: a Protobuf map holds no null keys or values")
+            key = self._scalar(key_fd, schema["keys"], k, f"{where}{{key}}")
+            if value_fd.message_type is not None:
+                self._into_message(target[key], schema["values"], v, f"{where}{{value}}", False)
+            else:
+                try:
+                    target[key] = self._scalar(value_fd, schema["values"], v, f"{where}{{value}}")
+                except (TypeError, ValueError) as e:
+                    raise DataError(f"{where}{{value}}: {e}") from None
 
     def _into_message(self, target: Any, schema: Schema, value: Any, where: str, oneof_member: bool) -> None:
         full = target.DESCRIPTOR.full_name
@@ -428,6 +445,8 @@ class _ToMessage:
                     raise TypeError(f"a {kind} value must be an int, not {type(value).__name__}")
                 if fd.type in (fd.TYPE_UINT32, fd.TYPE_FIXED32):
                     return value & 0xFFFFFFFF  # Java's (int) cast, then the unsigned field's bits
+                if fd.type in (fd.TYPE_UINT64, fd.TYPE_FIXED64):
+                    return value & 0xFFFFFFFFFFFFFFFF  # Java's long's bits (ProtobufData reads them signed)
                 return value
             if kind in ("float32", "float64"):
                 return float(value)
@@ -659,7 +678,8 @@ class _ToConnect:
         if kind == "array":
             return [self.value(schema["items"], x) for x in v]
         if kind == "map":
-            return {self.value(schema["keys"], e.key): self.value(schema["values"], e.value) for e in v}
+            entries = v.items() if hasattr(v, "items") else ((e.key, e.value) for e in v)  # a proto map or entries
+            return {self.value(schema["keys"], k): self.value(schema["values"], x) for k, x in entries}
         if kind == "struct":
             return self._struct_value(schema, v)
         raise DataError(f"Unknown Connect schema type: {kind}")
@@ -804,7 +824,7 @@ class _Writer:
 class _Reader:
     schema_id: int
     message_class: Any  # index path -> the message class
-    metas: dict[tuple[str, str], dict[str, str]]
+    convert: _ToConnect  # the schema's messages as Connect schemas and values (what it learns kept)
     version: int | None
     by_path: dict[tuple[int, ...], tuple[Any, Schema]] = field(default_factory=dict)
 
@@ -900,8 +920,7 @@ class ProtobufConverter(Converter):
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
-                check_latest_reads(latest, "PROTOBUF", writer.schema.text,
-                                   lambda _: _read_problems(latest["schema"], writer.schema.file))
+                _check_latest_reads(latest, writer.schema)
             schema_id = int(latest["id"])
         elif self.config["auto.register.schemas"]:
             schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
@@ -929,14 +948,14 @@ class ProtobufConverter(Converter):
         except Exception as e:  # noqa: BLE001 - ProtobufCodecError, protobuf's DecodeError
             kind = "" if isinstance(e, ProtobufCodecError) else f"{type(e).__name__}: "
             raise DataError(f"not Protobuf of schema {schema_id}: {kind}{e}") from None
-        return schema, _ToConnect(self.options, reader.metas).value(schema, message)
+        return schema, reader.convert.value(schema, message)
 
     def _reader_of_path(self, reader: _Reader, path: list[int]) -> tuple[Any, Schema]:
         key = tuple(path)
         hit = reader.by_path.get(key)
         if hit is None:
             message_class = reader.message_class(path)
-            schema = _ToConnect(self.options, reader.metas).root(message_class.DESCRIPTOR, reader.version)
+            schema = reader.convert.root(message_class.DESCRIPTOR, reader.version)
             hit = reader.by_path[key] = (message_class, schema)
         return hit
 
@@ -961,7 +980,8 @@ class ProtobufConverter(Converter):
                                               "references": found.get("references") or []}).get("version")
             except DataError:  # not under that subject: no version, as for Avro
                 pass
-        return _Reader(schema_id, message_class, metas, version if isinstance(version, int) else None)
+        return _Reader(schema_id, message_class, _ToConnect(self.options, metas),
+                       version if isinstance(version, int) else None)
 
 
 def _message_types(registry: Any, schema_id: int) -> tuple[Any, Any]:
@@ -989,6 +1009,19 @@ def _index_path(top: Any, full_name: str) -> list[int]:
         if prefix + message.name == full_name:
             return [i]
     raise DataError(f"the registered schema declares no message {full_name}")
+
+
+def _check_latest_reads(latest: dict[str, Any], writer: ProtoOfConnect) -> None:
+    """latest.compatibility.strict: the subject's latest schema must read what the record's schema writes
+    (avro.check_latest_reads's rule and wording; a Protobuf schema is text, not JSON)."""
+    kind = latest.get("schemaType") or "AVRO"
+    try:
+        problems = [f"a schema of type {kind}"] if kind != "PROTOBUF" else _read_problems(latest["schema"], writer.file)
+    except Exception as e:  # noqa: BLE001 - a schema the parser refuses is one it cannot read with
+        problems = [f"{type(e).__name__}: {e}"]
+    if problems:
+        raise DataError(f"Incompatible schema {latest.get('schema')} of type {kind} for schema {writer.text}: "
+                        f"{'; '.join(problems)[:500]}. Set latest.compatibility.strict=false to disable this check")
 
 
 def _read_problems(latest_text: str, writer: proto.ProtoFile) -> list[str]:
