@@ -30,8 +30,9 @@ import json
 import struct as struct_
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from klog.connect.avro import (
@@ -333,147 +334,245 @@ def _map_field_name(name: str) -> str:
 
 
 # -- Connect value -> message --------------------------------------------------------------------------
+Setter = Callable[[Any, Any, str], None]  # (message, a Connect value, its path for errors)
+Conversion = Callable[[Any, str], Any]  # (a Connect value, its path) -> what a scalar field takes
+
+
 class _ToMessage:
-    """ProtobufData.fromConnectData: a Connect value into a message of the registered schema's class."""
+    """ProtobufData.fromConnectData: a Connect value into a message of the registered schema's class, as a
+    function compiled once per Connect schema and message class (the schema is not walked per record)."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
 
-    def fill(self, message: Any, schema: Schema, value: Any, where: str = "") -> None:
-        if not isinstance(value, dict):
-            raise DataError(f"{where or 'the value'}: a struct value must be a map, not {type(value).__name__}")
-        fields = message.DESCRIPTOR.fields_by_name
-        for f in schema.get("fields", []):
-            path = f"{where}.{f['field']}" if where else f["field"]
-            v = value.get(f["field"])
-            if v is None and f.get("default") is not None and not (
-                    self.options.ignore_default_for_nullables and f.get("optional")):
-                v = from_json(f, f["default"])
-            if v is None:
-                if not f.get("optional"):
-                    raise DataError(f"{path}: null for a required {f.get('type')} (not optional in its schema)")
-                continue
-            name = self.options.name(f["field"])
-            if is_union(f):
-                name, f, v = self._union_member(f, v, path)
-            fd = fields.get(name)
-            if fd is None:
+    def root(self, schema: Schema, descriptor: Any) -> Setter:
+        if schema.get("type") == "struct":
+            return self.struct(schema, descriptor)
+        return self._message(schema, descriptor)  # a primitive at the top: its wrapper message
+
+    def struct(self, schema: Schema, descriptor: Any) -> Setter:
+        steps = [self._step(f, descriptor) for f in schema.get("fields", [])]
+
+        def write(message: Any, value: Any, where: str) -> None:
+            if not isinstance(value, dict):
+                raise DataError(f"{where or 'the value'}: a struct value must be a map, not {type(value).__name__}")
+            for name, default, required, kind, setter in steps:
+                v = value.get(name)
+                if v is None:
+                    v = default
+                    if v is None:
+                        if required:
+                            raise DataError(f"{_path(where, name)}: null for a required {kind} (not optional in its "
+                                            "schema)")
+                        continue
+                setter(message, v, _path(where, name))
+
+        return write
+
+    def _step(self, f: Schema, descriptor: Any) -> tuple[str, Any, bool, str, Setter]:
+        """A struct field's (name, default, required, type, setter); Connect's default for a null (Struct.get)."""
+        default = None
+        if f.get("default") is not None and not (self.options.ignore_default_for_nullables and f.get("optional")):
+            default = from_json(f, f["default"])
+        setter = self._union(f, descriptor) if is_union(f) else self._named_field(descriptor, f)
+        return f["field"], default, not f.get("optional"), str(f.get("type")), setter
+
+    def _named_field(self, descriptor: Any, f: Schema) -> Setter:
+        name = self.options.name(f["field"])
+        fd = descriptor.fields_by_name.get(name)
+        if fd is None:
+            def missing(message: Any, value: Any, where: str) -> None:
                 raise DataError(f"Cannot find field with name {name}")
-            self._set(message, fd, f, v, path, is_union(f) or name not in fields)
 
-    def _union_member(self, schema: Schema, value: Any, where: str) -> tuple[str, Schema, Any]:
-        if isinstance(value, dict):
-            for f in schema.get("fields", []):
-                if value.get(f["field"]) is not None:
-                    return self.options.name(f["field"]), f, value[f["field"]]
-        raise DataError(f"{where}: Cannot find non-null field")
+            return missing
+        return self._field(fd, f)
 
-    def _set(self, message: Any, fd: Any, schema: Schema, value: Any, where: str, oneof_member: bool) -> None:
+    def _union(self, schema: Schema, descriptor: Any) -> Setter:
+        """A union struct: its first non-null member set in the oneof."""
+        members = [(f["field"], self._named_field(descriptor, f)) for f in schema.get("fields", [])]
+
+        def write(message: Any, value: Any, where: str) -> None:
+            if isinstance(value, dict):
+                for name, setter in members:
+                    x = value.get(name)
+                    if x is not None:
+                        setter(message, x, where)
+                        return
+            raise DataError(f"{where}: Cannot find non-null field")
+
+        return write
+
+    def _field(self, fd: Any, schema: Schema) -> Setter:
+        name = fd.name
         if fd.is_repeated:
-            self._set_repeated(message, fd, schema, value, where)
-        elif fd.message_type is not None:
-            target = getattr(message, fd.name)
-            target.SetInParent()
-            self._into_message(target, schema, value, where, oneof_member)
-        else:
-            self._assign(message, fd, fd.name, schema, value, where)
+            return self._map(fd, schema) if schema.get("type") == "map" else self._repeated(fd, schema)
+        if fd.message_type is not None:
+            inner = self._message(schema, fd.message_type)
 
-    def _set_repeated(self, message: Any, fd: Any, schema: Schema, value: Any, where: str) -> None:
-        target = getattr(message, fd.name)
-        if schema.get("type") == "map":
+            def write_message(message: Any, value: Any, where: str) -> None:
+                target = getattr(message, name)
+                target.SetInParent()  # present even when empty
+                inner(target, value, where)
+
+            return write_message
+        conv = self._scalar(fd, schema)
+        return lambda message, value, where: _assign(message, name, conv, value, where)
+
+    def _repeated(self, fd: Any, schema: Schema) -> Setter:
+        name = fd.name
+        if schema.get("type") != "array":
+            return _refuse(f"a {schema.get('type')} value for the repeated field {fd.full_name}")
+        items = schema["items"]
+        if fd.message_type is not None:
+            item = self._message(items, fd.message_type)
+
+            def write_messages(message: Any, value: Any, where: str) -> None:
+                _check_list(value, where)
+                target = getattr(message, name)
+                for x in value:
+                    item(target.add(), x, f"{where}[]")
+
+            return write_messages
+        conv = self._scalar(fd, items)
+
+        def write_scalars(message: Any, value: Any, where: str) -> None:
+            _check_list(value, where)
+            try:
+                getattr(message, name).extend([conv(x, f"{where}[]") for x in value])
+            except (TypeError, ValueError) as e:
+                raise DataError(f"{where}: {e}") from None
+
+        return write_scalars
+
+    def _map(self, fd: Any, schema: Schema) -> Setter:
+        name = fd.name
+        entry = fd.message_type
+        key_fd, value_fd = entry.fields_by_name.get("key"), entry.fields_by_name.get("value")
+        if key_fd is None or value_fd is None:
+            return _refuse(f"a map value for {fd.full_name}, whose messages are no key/value entries")
+        if entry.GetOptions().map_entry:  # a proto map (use.latest.version's schema, or one not Confluent's)
+            return self._proto_map(name, key_fd, value_fd, schema)
+        key_set, value_set = self._field(key_fd, schema["keys"]), self._field(value_fd, schema["values"])
+
+        def write_entries(message: Any, value: Any, where: str) -> None:
             if not isinstance(value, dict):
                 raise DataError(f"{where}: a map value must be a dict, not {type(value).__name__}")
-            if fd.message_type.GetOptions().map_entry:
-                self._set_map(target, fd.message_type, schema, value, where)
-                return
+            target = getattr(message, name)
             for k, v in value.items():
-                entry = target.add()
-                for part, x in (("key", k), ("value", v)):
-                    if x is not None:
-                        self._set(entry, entry.DESCRIPTOR.fields_by_name[part], schema[part + "s"], x,
-                                  f"{where}{{{part}}}", False)
-            return
-        if not isinstance(value, list | tuple):
-            raise DataError(f"{where}: an array value must be a list, not {type(value).__name__}")
-        items = schema["items"]
-        for x in value:
-            if x is None:
-                raise DataError(f"{where}[]: Protobuf's repeated fields hold no nulls")
-            if fd.message_type is not None:
-                self._into_message(target.add(), items, x, f"{where}[]", False)
-            else:
-                target.append(self._scalar(fd, items, x, f"{where}[]"))
+                e = target.add()
+                if k is not None:
+                    key_set(e, k, f"{where}{{key}}")
+                if v is not None:
+                    value_set(e, v, f"{where}{{value}}")
 
-    def _set_map(self, target: Any, entry: Any, schema: Schema, value: dict, where: str) -> None:
-        """Into a proto map field (a schema with `map<K, V>`: use.latest.version's, or one not Confluent's)."""
-        key_fd, value_fd = entry.fields_by_name["key"], entry.fields_by_name["value"]
-        for k, v in value.items():
-            if k is None or v is None:
-                raise DataError(f"{where}: a Protobuf map holds no null keys or values")
-            key = self._scalar(key_fd, schema["keys"], k, f"{where}{{key}}")
-            if value_fd.message_type is not None:
-                self._into_message(target[key], schema["values"], v, f"{where}{{value}}", False)
-            else:
+        return write_entries
+
+    def _proto_map(self, name: str, key_fd: Any, value_fd: Any, schema: Schema) -> Setter:
+        key_conv = self._scalar(key_fd, schema["keys"])
+        inner = self._message(schema["values"], value_fd.message_type) if value_fd.message_type else None
+        value_conv = None if inner else self._scalar(value_fd, schema["values"])
+
+        def write_map(message: Any, value: Any, where: str) -> None:
+            if not isinstance(value, dict):
+                raise DataError(f"{where}: a map value must be a dict, not {type(value).__name__}")
+            target = getattr(message, name)
+            for k, v in value.items():
+                if k is None or v is None:
+                    raise DataError(f"{where}: a Protobuf map holds no null keys or values")
+                key = key_conv(k, f"{where}{{key}}")
                 try:
-                    target[key] = self._scalar(value_fd, schema["values"], v, f"{where}{{value}}")
+                    if inner is not None:
+                        inner(target[key], v, f"{where}{{value}}")
+                    else:
+                        target[key] = value_conv(v, f"{where}{{value}}")
                 except (TypeError, ValueError) as e:
-                    raise DataError(f"{where}{{value}}: {e}") from None
+                    raise DataError(f"{where}: {e}") from None
 
-    def _into_message(self, target: Any, schema: Schema, value: Any, where: str, oneof_member: bool) -> None:
-        full = target.DESCRIPTOR.full_name
-        name = schema.get("name")
-        if name in LOGICAL_TYPES:
-            _logical_into(target, name, value, where)
-        elif full in UNWRAPPED:
-            self._assign(target, target.DESCRIPTOR.fields_by_name["value"], "value", schema, value, where)
-        else:
-            self.fill(target, schema, value, where)
+        return write_map
 
-    def _assign(self, message: Any, fd: Any, name: str, schema: Schema, value: Any, where: str) -> None:
-        try:
-            setattr(message, name, self._scalar(fd, schema, value, where))
-        except (TypeError, ValueError) as e:
-            raise DataError(f"{where}: {e}") from None
+    def _message(self, schema: Schema, descriptor: Any) -> Setter:
+        """Into a message field: a logical type's, a wrapper's, or a struct's."""
+        logical = schema.get("name")
+        if logical in LOGICAL_TYPES and descriptor.full_name == LOGICAL_TYPES[logical]:
+            return lambda target, value, where: _logical_into(target, logical, value, where)
+        if descriptor.full_name in UNWRAPPED and schema.get("type") != "struct":
+            conv = self._scalar(descriptor.fields_by_name["value"], schema)
+            return lambda target, value, where: _assign(target, "value", conv, value, where)
+        if schema.get("type") != "struct":
+            return _refuse(f"a {schema.get('type')} value for the message {descriptor.full_name}")
+        return self.struct(schema, descriptor)
 
-    def _scalar(self, fd: Any, schema: Schema, value: Any, where: str) -> Any:
+    def _scalar(self, fd: Any, schema: Schema) -> Conversion:
+        """A Connect value of `schema` as scalar field `fd` takes it, its Java type checked (DataError)."""
         kind = schema.get("type")
-        try:
-            if fd.enum_type is not None:
-                return self._enum_number(fd, schema, value, where)
-            if kind in ("int8", "int16", "int32", "int64"):
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TypeError(f"a {kind} value must be an int, not {type(value).__name__}")
-                if fd.type in (fd.TYPE_UINT32, fd.TYPE_FIXED32):
-                    return value & 0xFFFFFFFF  # Java's (int) cast, then the unsigned field's bits
-                if fd.type in (fd.TYPE_UINT64, fd.TYPE_FIXED64):
-                    return value & 0xFFFFFFFFFFFFFFFF  # Java's long's bits (ProtobufData reads them signed)
-                return value
-            if kind in ("float32", "float64"):
-                return float(value)
-            if kind == "boolean":
-                if not isinstance(value, bool):
-                    raise TypeError(f"a boolean value must be a bool, not {type(value).__name__}")
-                return value
-            if kind == "string":
-                if not isinstance(value, str):
-                    raise TypeError(f"a string value must be a str, not {type(value).__name__}")
-                return value
-            if kind == "bytes":
-                if not isinstance(value, bytes | bytearray | memoryview):
-                    raise TypeError(f"a bytes value must be bytes, not {type(value).__name__}")
-                return bytes(value)
-        except TypeError as e:
-            raise DataError(f"{where}: Invalid type for {kind.upper() if kind else kind}: {e}") from None
-        raise DataError(f"{where}: a {kind} has no Protobuf scalar")
+        if fd.enum_type is not None:
+            return self._enum(fd, schema)
+        if kind in ("int8", "int16", "int32", "int64"):
+            mask = {fd.TYPE_UINT32: 0xFFFFFFFF, fd.TYPE_FIXED32: 0xFFFFFFFF,  # Java's int / long bits, unsigned
+                    fd.TYPE_UINT64: 2**64 - 1, fd.TYPE_FIXED64: 2**64 - 1}.get(fd.type)
 
-    def _enum_number(self, fd: Any, schema: Schema, value: Any, where: str) -> int:
+            def integer(v: Any, where: str) -> Any:
+                if v.__class__ is not int and (isinstance(v, bool) or not isinstance(v, int)):
+                    raise DataError(f"{where}: Invalid type for {kind.upper()}: {type(v).__name__}")
+                return v if mask is None else v & mask
+
+            return integer
+        checks = {"float32": (int, float, decimal.Decimal), "float64": (int, float, decimal.Decimal),
+                  "boolean": (bool,), "string": (str,), "bytes": (bytes, bytearray, memoryview)}
+        allowed = checks.get(str(kind))
+        if allowed is None:
+            return lambda v, where: _raise(f"{where}: a {kind} value for the scalar field {fd.full_name}")
+        make = float if kind in ("float32", "float64") else bytes if kind == "bytes" else None
+
+        def scalar(v: Any, where: str) -> Any:
+            if not isinstance(v, allowed) or (make is float and isinstance(v, bool)):
+                raise DataError(f"{where}: Invalid type for {str(kind).upper()}: {type(v).__name__}")
+            return v if make is None else make(v)
+
+        return scalar
+
+    def _enum(self, fd: Any, schema: Schema) -> Conversion:
         if schema.get("type") != "string":
-            return int(value)
-        param = self.options.enum_param
-        tag = _params(schema).get(f"{param}.{value}")
-        if tag is None:
-            raise DataError(f"{where}: {value!r} is no symbol of the enum {fd.enum_type.full_name}")
-        return int(tag)
+            return lambda v, where: int(v)
+        prefix = self.options.enum_param + "."
+        numbers = {k[len(prefix):]: int(v) for k, v in _params(schema).items() if k.startswith(prefix)}
+
+        def symbol(v: Any, where: str) -> int:
+            number = numbers.get(v)
+            if number is None:
+                raise DataError(f"{where}: {v!r} is no symbol of the enum {fd.enum_type.full_name}")
+            return number
+
+        return symbol
+
+
+def _path(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _raise(message: str) -> Any:
+    raise DataError(message)
+
+
+def _refuse(message: str) -> Setter:
+    def refuse(target: Any, value: Any, where: str) -> None:
+        raise DataError(f"{where}: {message}")
+
+    return refuse
+
+
+def _check_list(value: Any, where: str) -> None:
+    if not isinstance(value, list | tuple):
+        raise DataError(f"{where}: an array value must be a list, not {type(value).__name__}")
+    if None in value:
+        raise DataError(f"{where}[]: Protobuf's repeated fields hold no nulls")
+
+
+def _assign(message: Any, name: str, conv: Conversion, value: Any, where: str) -> None:
+    try:
+        setattr(message, name, conv(value, where))
+    except (TypeError, ValueError) as e:  # out of the field's range
+        raise DataError(f"{where}: {e}") from None
 
 
 def _logical_into(target: Any, name: str, value: Any, where: str) -> None:
@@ -493,7 +592,7 @@ def _logical_into(target: Any, name: str, value: Any, where: str) -> None:
         else:
             seconds, ms = divmod(int(value), 1000)
             target.seconds, target.nanos = seconds, ms * 1_000_000
-    except (TypeError, ValueError, OverflowError, decimal.InvalidOperation) as e:
+    except (TypeError, ValueError, OverflowError, AttributeError, decimal.InvalidOperation) as e:
         raise DataError(f"{where}: Invalid value for {name}: {e}") from None
 
 
@@ -654,78 +753,103 @@ class _ToConnect:
                     "name": _map_field_name(full if self.options.enhanced else fd.message_type.name)}
         return self.struct(fd.message_type)
 
-    # values
-    def value(self, schema: Schema, v: Any) -> Any:
-        """ProtobufData.toConnectData: a message (or a field's value) as the Connect value of `schema`."""
-        name = schema.get("name")
-        kind = schema.get("type")
-        if name in (DECIMAL, DATE, TIME, TIMESTAMP) and hasattr(v, "DESCRIPTOR"):
-            return _logical_value(name, v)
-        if hasattr(v, "DESCRIPTOR") and kind != "struct":
-            v = v.value  # a wrapper message
-        if kind in ("int8", "int16", "int32"):
-            return _java_int(int(v), {"int8": 8, "int16": 16, "int32": 32}[kind])
-        if kind == "int64":
-            return _java_int(int(v), 64)
-        if kind in ("float32", "float64"):
-            return float(v)
-        if kind == "boolean":
-            return bool(v)
-        if kind == "string":
-            return v if isinstance(v, str) else str(v)
-        if kind == "bytes":
-            return bytes(v)
-        if kind == "array":
-            return [self.value(schema["items"], x) for x in v]
-        if kind == "map":
-            entries = v.items() if hasattr(v, "items") else ((e.key, e.value) for e in v)  # a proto map or entries
-            return {self.value(schema["keys"], k): self.value(schema["values"], x) for k, x in entries}
-        if kind == "struct":
-            return self._struct_value(schema, v)
-        raise DataError(f"Unknown Connect schema type: {kind}")
+    # values: a function per Connect schema and message type, compiled once (not walked per record)
+    def reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], Any]:
+        """ProtobufData.toConnectData: the root message as the Connect value of `schema` (its root())."""
+        if schema.get("type") == "struct":
+            return self._struct_reader(schema, descriptor)
+        inner = self._scalar_reader(schema, descriptor.fields_by_name["value"])  # a wrapper as its primitive
+        return (lambda m: m.value) if inner is None else (lambda m: inner(m.value))
 
-    def _struct_value(self, schema: Schema, message: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {f["field"]: None for f in schema.get("fields", [])}
+    def _struct_reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], dict[str, Any]]:
         by_name = {f["field"]: f for f in schema.get("fields", [])}
-        descriptor = message.DESCRIPTOR
+        names = list(by_name)
         optional_names, keyword = self.optional_names(descriptor)
+        oneofs = []  # (oneof name, its Connect field, the union's member names or None when flattened, readers)
         for i, oneof in enumerate(descriptor.oneofs):
             if _synthetic(oneof, optional_names):
                 continue
-            which = message.WhichOneof(oneof.name)
-            if which is None:
-                continue
-            fd = descriptor.fields_by_name[which]
             if self.options.flatten_unions:
-                out[which] = self._field_value(by_name[which], fd, message)
+                members = {fd.name: self._field_reader(by_name[fd.name], fd) for fd in oneof.fields}
+                oneofs.append((oneof.name, "", None, members))
             else:
-                union_name = union_field_name(oneof, i, self.options)
-                member = {f["field"]: None for f in by_name[union_name]["fields"]}
-                member_schema = next(f for f in by_name[union_name]["fields"] if f["field"] == which)
-                member[which] = self._field_value(member_schema, fd, message)
-                out[union_name] = member
+                union = by_name[union_field_name(oneof, i, self.options)]
+                member_schemas = {f["field"]: f for f in union["fields"]}
+                members = {fd.name: self._field_reader(member_schemas[fd.name], fd) for fd in oneof.fields}
+                oneofs.append((oneof.name, union["field"], list(member_schemas), members))
+        plain = []  # (field name, reader, whether read when unset: scalars, repeated, generate.struct.for.nulls)
         for fd in descriptor.fields:
             if fd.containing_oneof is not None and not _synthetic(fd.containing_oneof, optional_names):
                 continue
-            scalar_or_repeated = fd.message_type is None or fd.is_repeated
             optional = fd.name in (keyword if self.options.optional_for_proto2 else optional_names)
-            if (scalar_or_repeated and not optional) or self.options.struct_for_nulls or message.HasField(fd.name):
-                out[fd.name] = self._field_value(by_name[fd.name], fd, message)
-        return out
+            always = ((fd.message_type is None or fd.is_repeated) and not optional) or self.options.struct_for_nulls
+            plain.append((fd.name, self._field_reader(by_name[fd.name], fd), always))
 
-    def _field_value(self, schema: Schema, fd: Any, message: Any) -> Any:
-        v = getattr(message, fd.name)
-        if fd.enum_type is not None and not fd.is_repeated:
-            return self._enum_value(schema, fd, v)
-        if fd.enum_type is not None:
-            return [self._enum_value(schema["items"], fd, x) for x in v]
-        return self.value(schema, v)
+        def read(message: Any) -> dict[str, Any]:
+            out = dict.fromkeys(names)
+            for oneof_name, union_field, member_names, members in oneofs:
+                which = message.WhichOneof(oneof_name)
+                if which is not None:
+                    v = members[which](message)
+                    if member_names is None:
+                        out[which] = v
+                    else:
+                        union = out[union_field] = dict.fromkeys(member_names)
+                        union[which] = v
+            for name, get, always in plain:
+                if always or message.HasField(name):
+                    out[name] = get(message)
+            return out
 
-    def _enum_value(self, schema: Schema, fd: Any, number: int) -> Any:
-        if schema.get("type") != "string":
-            return int(number)
-        symbol = fd.enum_type.values_by_number.get(number)
-        return symbol.name if symbol is not None else f"UNKNOWN_ENUM_VALUE_{fd.enum_type.name}_{number}"
+        return read
+
+    def _field_reader(self, schema: Schema, fd: Any) -> Callable[[Any], Any]:
+        name = fd.name
+        if fd.is_repeated and schema.get("type") == "map":
+            key_fd, value_fd = fd.message_type.fields[:2]
+            key = self._value_reader(schema["keys"], key_fd) or _same
+            value = self._value_reader(schema["values"], value_fd) or _same
+            if fd.message_type.GetOptions().map_entry:  # a proto map
+                return lambda m: {key(k): value(v) for k, v in getattr(m, name).items()}
+            return lambda m: {key(e.key): value(e.value) for e in getattr(m, name)}
+        if fd.is_repeated:
+            item = self._value_reader(schema["items"], fd)
+            return (lambda m: list(getattr(m, name))) if item is None else \
+                (lambda m: [item(x) for x in getattr(m, name)])
+        conv = self._value_reader(schema, fd)
+        return (lambda m: getattr(m, name)) if conv is None else (lambda m: conv(getattr(m, name)))
+
+    def _value_reader(self, schema: Schema, fd: Any) -> Callable[[Any], Any] | None:
+        """One value of field `fd` (an element of a repeated one) as Connect's; None where it is the same."""
+        if fd.message_type is None:
+            return self._scalar_reader(schema, fd)
+        full = fd.message_type.full_name
+        logical = schema.get("name")
+        if logical in LOGICAL_TYPES and LOGICAL_TYPES[logical] == full:
+            return lambda v: _logical_value(logical, v)
+        if schema.get("type") == "struct":
+            return self._struct_reader(schema, fd.message_type)
+        if full in UNWRAPPED:
+            inner = self._scalar_reader(schema, fd.message_type.fields_by_name["value"])
+            return (lambda v: v.value) if inner is None else (lambda v: inner(v.value))
+        raise DataError(f"a Connect {schema.get('type')} read from the message {full}")
+
+    def _scalar_reader(self, schema: Schema, fd: Any) -> Callable[[Any], Any] | None:
+        kind = schema.get("type")
+        if fd.enum_type is not None and kind == "string":
+            symbols = {v.number: v.name for v in fd.enum_type.values}
+            unknown = f"UNKNOWN_ENUM_VALUE_{fd.enum_type.name}_"
+            return lambda n: symbols.get(n) or f"{unknown}{n}"
+        if kind in ("int8", "int16"):
+            bits = 8 if kind == "int8" else 16
+            return lambda v: _java_int(v, bits)  # Java's byteValue() / shortValue()
+        if kind == "int64" and fd.type in (fd.TYPE_UINT64, fd.TYPE_FIXED64):
+            return lambda v: _java_int(v, 64)  # a Java long
+        return None
+
+
+def _same(v: Any) -> Any:
+    return v
 
 
 def union_field_name(oneof: Any, index: int, options: Options) -> str:
@@ -811,13 +935,23 @@ def _options(config: dict[str, Any]) -> Options:
                    ignore_default_for_nullables=config["ignore.default.for.nullables"])
 
 
+class _Written(NamedTuple):
+    """Where a writer's records go under one subject: the schema id, the record header (magic byte, id, message
+    indexes), the message class, and the Connect value's conversion into it."""
+
+    schema_id: int
+    header: bytes
+    message_class: Any
+    write: Setter
+
+
 @dataclass
 class _Writer:
     """One Connect schema's Protobuf side, and per subject its schema id and the message class written."""
 
     connect: Schema
     schema: ProtoOfConnect
-    ids: dict[str, tuple[int, list[int], Any]] = field(default_factory=dict)
+    ids: dict[str, _Written] = field(default_factory=dict)
 
 
 @dataclass
@@ -826,7 +960,7 @@ class _Reader:
     message_class: Any  # index path -> the message class
     convert: _ToConnect  # the schema's messages as Connect schemas and values (what it learns kept)
     version: int | None
-    by_path: dict[tuple[int, ...], tuple[Any, Schema]] = field(default_factory=dict)
+    by_path: dict[tuple[int, ...], tuple[Any, Schema, Callable[[Any], Any]]] = field(default_factory=dict)
 
 
 class ProtobufConverter(Converter):
@@ -872,20 +1006,14 @@ class ProtobufConverter(Converter):
             raise DataError("ProtobufConverter writes records with a schema; this one has none (a schemaless value: "
                             "use JsonConverter with schemas.enable=false)")
         writer = self._writer_of(schema)
-        schema_id, path, message_class = self._registered(topic, writer)
+        schema_id, header, message_class, write = self._registered(topic, writer)
         message = message_class()
-        if schema.get("type") == "struct":
-            _ToMessage(self.options).fill(message, schema, value)
-        else:
-            _ToMessage(self.options)._assign(message, message.DESCRIPTOR.fields_by_name["value"], "value", schema,
-                                             value, "the value")
-        from klog.client.protobuf_codec import write_indexes
-
+        write(message, value, "" if schema.get("type") == "struct" else "the value")
         try:
             body = message.SerializeToString()
         except Exception as e:  # noqa: BLE001 - protobuf's EncodeError (a required proto2 field unset, ...)
             raise DataError(f"the value does not fit its Protobuf schema: {e}") from None
-        return MAGIC + struct_.pack(">I", schema_id) + write_indexes(path) + body
+        return header + body
 
     def _writer_of(self, schema: Schema) -> _Writer:
         hit = self._by_object.get(id(schema))
@@ -902,7 +1030,7 @@ class ProtobufConverter(Converter):
             self._by_object[id(schema)] = (schema, writer)  # kept alive: its id is not reused meanwhile
         return writer
 
-    def _registered(self, topic: str, writer: _Writer) -> tuple[int, list[int], Any]:
+    def _registered(self, topic: str, writer: _Writer) -> _Written:
         subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
         found = writer.ids.get(subject)
         if found is None:
@@ -912,9 +1040,11 @@ class ProtobufConverter(Converter):
                     found = writer.ids[subject] = self._register(subject, writer)
         return found
 
-    def _register(self, subject: str, writer: _Writer) -> tuple[int, list[int], Any]:
+    def _register(self, subject: str, writer: _Writer) -> _Written:
         """The schema id under `subject` (registered with auto.register.schemas, else looked up; the subject's
-        latest with use.latest.version), the message's index path in it and its class."""
+        latest with use.latest.version), the record header, the message class and the conversion into it."""
+        from klog.client.protobuf_codec import write_indexes
+
         path = f"/subjects/{quote(subject, safe='')}"
         body = {"schemaType": "PROTOBUF", "schema": writer.schema.text}
         if self.config["use.latest.version"]:
@@ -928,7 +1058,9 @@ class ProtobufConverter(Converter):
             schema_id = int(self.registry.call("POST", path, body)["id"])
         top, message_class = _message_types(self.registry, schema_id)
         index_path = _index_path(top, writer.schema.message)
-        return schema_id, index_path, message_class(index_path)
+        cls = message_class(index_path)
+        return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls,
+                        _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR))
 
     # bytes -> Connect
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
@@ -940,7 +1072,7 @@ class ProtobufConverter(Converter):
 
         try:
             path, at = read_indexes(data[5:])
-            message_class, schema = self._reader_of_path(reader, path)
+            message_class, schema, read = self._reader_of_path(reader, path)
             message = message_class()
             message.ParseFromString(data[5 + at:])
         except DataError:
@@ -948,15 +1080,16 @@ class ProtobufConverter(Converter):
         except Exception as e:  # noqa: BLE001 - ProtobufCodecError, protobuf's DecodeError
             kind = "" if isinstance(e, ProtobufCodecError) else f"{type(e).__name__}: "
             raise DataError(f"not Protobuf of schema {schema_id}: {kind}{e}") from None
-        return schema, reader.convert.value(schema, message)
+        return schema, read(message)
 
-    def _reader_of_path(self, reader: _Reader, path: list[int]) -> tuple[Any, Schema]:
+    def _reader_of_path(self, reader: _Reader, path: list[int]) -> tuple[Any, Schema, Callable[[Any], Any]]:
+        """The message class of an index path, its Connect schema and the reading of its values."""
         key = tuple(path)
         hit = reader.by_path.get(key)
         if hit is None:
             message_class = reader.message_class(path)
             schema = reader.convert.root(message_class.DESCRIPTOR, reader.version)
-            hit = reader.by_path[key] = (message_class, schema)
+            hit = reader.by_path[key] = (message_class, schema, reader.convert.reader(schema, message_class.DESCRIPTOR))
         return hit
 
     def _reader(self, topic: str, schema_id: int) -> _Reader:
