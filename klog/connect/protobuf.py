@@ -271,6 +271,8 @@ class _ToProto:
         for field_name, tag, part in (("key", 1, schema["keys"]), ("value", 2, schema["values"])):
             made = self._field(entry, part, field_name, tag, False)
             if made is not None:
+                if made.label == "optional":
+                    made.label = None  # added to the entry as it is: no synthetic oneof, so no proto3 `optional`
                 entry.fields.append(made)
         return entry
 
@@ -910,8 +912,10 @@ def _is_map_entry(fd: Any) -> bool:
 
 def _logical_value(name: str, message: Any) -> Any:
     try:
-        if name == DECIMAL:
-            return decimal_from_bytes(message.value or b"\x00", message.scale)
+        if name == DECIMAL:  # DecimalUtils.toBigDecimal: rounded to the precision the message gives
+            value = decimal_from_bytes(message.value or b"\x00", message.scale)
+            return value if not message.precision else \
+                decimal.Context(prec=message.precision, rounding=decimal.ROUND_HALF_UP).plus(value)
         if name == DATE:
             return (dt.date(message.year, message.month, message.day) - dt.date(1970, 1, 1)).days
         if name == TIME:

@@ -295,6 +295,10 @@ def test_protobuf_data_options_change_the_schema_as_confluents_do(registry_url):
     assert "  int32 id = 1;\n  google.protobuf.StringValue note = 2;\n  google.protobuf.Int64Value n = 3;\n" in wrapped
     assert "  int32 id = 1;\n  optional string note = 2;\n  optional int64 n = 3;\n" in \
         proto_schema(row, Options(optional_for_nullables=True)).text
+    labels = {"type": "map", "keys": {"type": "string", "optional": False},
+              "values": {"type": "string", "optional": True}, "optional": True, "field": "labels"}
+    entry = proto_schema({**row, "fields": [labels]}, Options(optional_for_nullables=True)).text
+    assert "    string value = 2;\n" in entry  # a map entry's fields get no proto3 `optional`
     for settings in ({"wrapper.for.nullables": "true"}, {"optional.for.nullables": "true"}):
         c = converter(registry_url, **settings)
         topic = "t-" + next(iter(settings))
@@ -373,3 +377,14 @@ def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused
         validate({**config, "value.converter.value.subject.name.strategy": "com.example.Mine"})
     with pytest.raises(ConfigError, match="key.converter.schema.registry.url"):
         make_converter("key.converter", "protobuf", {}, True)
+
+
+def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
+    """DecimalUtils.toBigDecimal: the unscaled value at its scale, in a MathContext of its precision."""
+    from confluent_kafka.schema_registry.confluent.type import decimal_pb2
+
+    from klog.connect.protobuf import _logical_value
+
+    message = decimal_pb2.Decimal(value=(12345).to_bytes(2, "big"), scale=2, precision=3)
+    assert _logical_value(DECIMAL, message) == decimal.Decimal("123")
+    assert _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\xff\x85", scale=1)) == decimal.Decimal("-12.3")
