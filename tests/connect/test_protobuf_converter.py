@@ -388,3 +388,43 @@ def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
     message = decimal_pb2.Decimal(value=(12345).to_bytes(2, "big"), scale=2, precision=3)
     assert _logical_value(DECIMAL, message) == decimal.Decimal("123")
     assert _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\xff\x85", scale=1)) == decimal.Decimal("-12.3")
+
+
+@pytest.mark.slow
+def test_debeziums_tutorial_connector_with_protobuf_converters(pg_db, data_dir, tmp_path):
+    """Debezium's tutorial connector, its converters Confluent's ProtobufConverter: the snapshot, an update, a
+    delete and its tombstone on dbserver1.inventory.customers, registered under <topic>-key and <topic>-value,
+    read back by the converter and by confluent-kafka's ProtobufDeserializer."""
+    from tests.connect.helpers import records, running
+    from tests.connect.test_connect_published_configs import (
+        at_test_server,
+        change_customers,
+        debezium_customers,
+        published,
+    )
+
+    debezium_customers(pg_db)
+    topic = "dbserver1.inventory.customers"
+    warnings: list[str] = []
+    with registry_at(str(tmp_path / "registry")) as url:
+        config = {**at_test_server(published("debezium-tutorial-register-postgres.json"), pg_db),
+                  "key.converter": PROTOBUF, "key.converter.schema.registry.url": url,
+                  "value.converter": PROTOBUF, "value.converter.schema.registry.url": url}
+        with running(data_dir, config, warnings=warnings):
+            change_customers(pg_db, data_dir, topic, 4)
+        key, value = converter(url, is_key=True), converter(url)
+        got = [(key.to_connect(topic, r.key)[1], value.to_connect(topic, r.value)[1]) for r in records(data_dir, topic)]
+        with urllib.request.urlopen(f"{url}/subjects") as answer:
+            assert json.loads(answer.read()) == [f"{topic}-key", f"{topic}-value"]
+        with urllib.request.urlopen(f"{url}/subjects/{topic}-value/versions/latest") as answer:
+            envelope = _registered_class(url, json.loads(answer.read())["id"], f"{topic}.Envelope")
+        first = protobuf.ProtobufDeserializer(envelope, {"use.deprecated.format": False})(
+            records(data_dir, topic)[0].value, ctx(topic))
+    sally = {"id": 1, "first_name": "Sally", "last_name": "Thomas", "email": "sally.thomas@acme.com"}
+    assert [k for k, _ in got] == [{"id": 1}] * 4
+    assert [(v["op"], v["before"], v["after"]) for _, v in got[:3]] == [
+        ("r", None, sally), ("u", None, {**sally, "first_name": "Anne Marie"}),
+        ("d", {"id": 1, "first_name": "", "last_name": "", "email": ""}, None)]
+    assert got[3][1] is None  # the tombstone stays one
+    assert (first.op, first.after.first_name, first.source.name) == ("r", "Sally", "dbserver1")
+    assert warnings == []
