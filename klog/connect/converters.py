@@ -839,8 +839,8 @@ def make_converter(field_name: str, class_name: str, props: dict[str, str], is_k
     if cls is None and class_name in PROTOBUF_NAMES:
         from klog.connect.protobuf import ProtobufConverter as cls  # protobuf and the registry client: when named
     if cls is None:
-        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro or their class "
-                          "names (org.apache.kafka.connect.storage.StringConverter, "
+        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro, jsonschema, "
+                          "protobuf or their class names (org.apache.kafka.connect.storage.StringConverter, "
                           "io.confluent.connect.avro.AvroConverter, ...)")
     try:
         return cls(props, is_key)
