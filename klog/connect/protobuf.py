@@ -85,8 +85,6 @@ UNWRAPPED = {"google.protobuf.DoubleValue": "float64", "google.protobuf.FloatVal
              "google.protobuf.Int32Value": "int32", "google.protobuf.UInt32Value": "int64",
              "google.protobuf.BoolValue": "boolean", "google.protobuf.StringValue": "string",
              "google.protobuf.BytesValue": "bytes"}
-WRAPPER_ORDER = ("DoubleValue", "FloatValue", "Int64Value", "UInt64Value", "Int32Value", "UInt32Value", "BoolValue",
-                 "StringValue", "BytesValue")  # their message indexes in wrappers.proto
 
 
 def protobuf_package(field_name: str = "value.converter") -> None:
@@ -640,7 +638,7 @@ class _ToConnect:
         self.options = options
         self.metas = metas
         self.open: set[str] = set()
-        # a message's full name -> its _optional_names (asked per record)
+        # a message's full name -> its _optional_names (asked for its schema and for its reader)
         self._optional: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     def optional_names(self, descriptor: Any) -> tuple[frozenset[str], frozenset[str]]:
