@@ -378,13 +378,9 @@ class _ToMessage:
         return f["field"], default, not f.get("optional"), str(f.get("type")), setter
 
     def _named_field(self, descriptor: Any, f: Schema) -> Setter:
-        name = self.options.name(f["field"])
-        fd = descriptor.fields_by_name.get(name)
-        if fd is None:
-            def missing(message: Any, value: Any, where: str) -> None:
-                raise DataError(f"Cannot find field with name {name}")
-
-            return missing
+        fd = descriptor.fields_by_name.get(self.options.name(f["field"]))
+        if fd is None:  # only in use.latest.version's schema, which lacks it: Confluent writes it as a field the
+            return _skip  # latest's readers do not know and skip; not written here, they read the same
         return self._field(fd, f)
 
     def _union(self, schema: Schema, descriptor: Any) -> Setter:
@@ -544,6 +540,10 @@ class _ToMessage:
             return number
 
         return symbol
+
+
+def _skip(message: Any, value: Any, where: str) -> None:
+    pass
 
 
 def _path(where: str, name: str) -> str:

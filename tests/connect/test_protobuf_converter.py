@@ -342,6 +342,8 @@ def test_record_name_strategy_lookup_only_and_latest(registry_url):
     latest = converter(registry_url, **{"use.latest.version": "true", "auto.register.schemas": "false",
                                         "value.subject.name.strategy": "RecordNameStrategy"})
     assert latest.to_connect("x", latest.from_connect("x", row, {"id": 2}))[1] == {"id": 2}
+    wider = {**row, "fields": [*row["fields"], field("extra", "string", True)]}  # a field the latest lacks
+    assert latest.to_connect("x", latest.from_connect("x", wider, {"id": 3, "extra": "e"}))[1] == {"id": 3}
 
 
 def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_record(registry_url):
