@@ -134,6 +134,20 @@ def read_indexes(body: bytes) -> tuple[list[int], int]:
     return path, at
 
 
+def write_indexes(path: list[int]) -> bytes:
+    """The message indexes read_indexes reads: a lone 0 for the first message, else the zigzag count and path."""
+    if path == [0]:
+        return b"\x00"
+    out = bytearray()
+    for value in [len(path), *path]:
+        n = (value << 1) ^ (value >> 63)
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    return bytes(out)
+
+
 def _zigzag(data: bytes, at: int) -> tuple[int, int]:
     shift = value = 0
     while True:
@@ -186,6 +200,6 @@ def encoder(registry: Any, schema_id: int, header: bytes) -> Callable[[bytes], b
         except Exception as e:  # noqa: BLE001 - json_format.ParseError and the JSON decoder's errors
             raise ProtobufCodecError(f"is not {cls.DESCRIPTOR.full_name} of schema {schema_id} in Protobuf's "
                                      f"JSON mapping: {' '.join(str(e).split())[:300]}") from None
-        return header + b"\x00" + message.SerializeToString()
+        return header + write_indexes([0]) + message.SerializeToString()
 
     return encode

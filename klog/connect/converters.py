@@ -837,12 +837,10 @@ def make_converter(field_name: str, class_name: str, props: dict[str, str], is_k
     if cls is None and class_name in JSON_SCHEMA_NAMES:
         from klog.connect.json_schema import JsonSchemaConverter as cls  # the registry client: only when named
     if cls is None and class_name in PROTOBUF_NAMES:
-        raise ConfigError(field_name, class_name, "klog connect has no ProtobufConverter yet (klog registry, consume "
-                          "and produce -s protobuf read and write Protobuf; Connect takes Avro, JSON Schema, JSON, "
-                          "string and bytes)")
+        from klog.connect.protobuf import ProtobufConverter as cls  # protobuf and the registry client: when named
     if cls is None:
-        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro or their class "
-                          "names (org.apache.kafka.connect.storage.StringConverter, "
+        raise ConfigError(field_name, class_name, "unknown converter: use string, bytes, json, avro, jsonschema, "
+                          "protobuf or their class names (org.apache.kafka.connect.storage.StringConverter, "
                           "io.confluent.connect.avro.AvroConverter, ...)")
     try:
         return cls(props, is_key)
