@@ -67,6 +67,16 @@ def with_references(doc: Any, referenced: Mapping[str, Any]) -> Document:
     return Document(doc, flat)
 
 
+def document_of(text: str | bytes, referenced: list[tuple[str, str]]) -> Document:
+    """A schema's JSON text with the (name, text) of the schemas its references name (a registry client's,
+    theirs among them), a name the first time it comes kept; ValueError for a text that is no JSON."""
+    named: dict[str, Any] = {}
+    for name, ref_text in referenced:
+        if name not in named:
+            named[name] = json.loads(ref_text)
+    return Document(json.loads(text), named)
+
+
 def _own_id(doc: Any) -> str:
     found = doc.get("$id", doc.get("id")) if isinstance(doc, dict) else None
     return found if isinstance(found, str) else ""
@@ -209,3 +219,29 @@ def check_references(schema: Any) -> None:
             todo += part.values()
         elif isinstance(part, list):
             todo += part
+
+
+def validator_of(schema: Any, default: Any = None) -> Any:
+    """A jsonschema validator of the document (a Document, or a bare one), of the class its `$schema` names
+    (else `default`, jsonschema's latest draft when None); its `$ref`s to the schemas its references name
+    resolve to their documents, by name against the root's `$id` as confluent-kafka's JSON serde registers
+    them (nothing of those fetched)."""
+    import jsonschema
+
+    schema = schema if isinstance(schema, Document) else Document(schema)
+    cls = jsonschema.validators.validator_for(schema.root, **({} if default is None else {"default": default}))
+    if not schema.referenced:
+        return cls(schema.root)
+    base = _own_id(schema.root)
+    documents: dict[str, Any] = {}
+    for name, doc in schema.referenced.items():
+        documents.setdefault(urljoin(base, name), doc)
+        documents.setdefault(name, doc)
+    try:
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT7
+    except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
+        return cls(schema.root, resolver=jsonschema.RefResolver.from_schema(schema.root, store=documents))
+    registry = Registry().with_resources(
+        (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
+    return cls(schema.root, registry=registry)
