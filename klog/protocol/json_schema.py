@@ -225,13 +225,11 @@ def validator_of(schema: Any, default: Any = None) -> Any:
     """A jsonschema validator of the document (a Document, or a bare one), of the class its `$schema` names
     (else `default`, jsonschema's latest draft when None); its `$ref`s to the schemas its references name
     resolve to their documents, by name against the root's `$id` as confluent-kafka's JSON serde registers
-    them (nothing of those fetched)."""
+    them. Nothing is fetched: a `$ref` to a URL is unresolvable when it is checked."""
     import jsonschema
 
     schema = schema if isinstance(schema, Document) else Document(schema)
     cls = jsonschema.validators.validator_for(schema.root, **({} if default is None else {"default": default}))
-    if not schema.referenced:
-        return cls(schema.root)
     base = _own_id(schema.root)
     documents: dict[str, Any] = {}
     for name, doc in schema.referenced.items():
@@ -242,6 +240,7 @@ def validator_of(schema: Any, default: Any = None) -> Any:
         from referencing.jsonschema import DRAFT7
     except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
         return cls(schema.root, resolver=jsonschema.RefResolver.from_schema(schema.root, store=documents))
+    # a Registry of its own: one that retrieves nothing (jsonschema's default one fetches URLs)
     registry = Registry().with_resources(
         (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
     return cls(schema.root, registry=registry)
