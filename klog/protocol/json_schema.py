@@ -23,6 +23,9 @@ TYPE_KEYWORDS = {
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
 }
 COMBINERS = ("allOf", "anyOf", "oneOf")
+# what names and $refs are relative to in a document without an $id (json-sKema's mem://input): so that
+# "address.json" and "./address.json" name one reference (urljoin leaves them apart against no base)
+NO_ID_BASE = "https://klog.invalid/"
 
 
 @dataclass(eq=False)
@@ -89,7 +92,7 @@ class Loader:
     def __init__(self, schema: Any) -> None:
         schema = schema if isinstance(schema, Document) else Document(schema)
         self.root = schema.root
-        self.base = _own_id(self.root)  # what reference names and the root's $refs are relative to (everit)
+        self.base = urljoin(NO_ID_BASE, _own_id(self.root))  # what names and the root's $refs resolve against
         self.ids: dict[str, Any] = {}
         self._collect_ids(self.root, 0)
         self.documents: dict[str, Any] = {}  # a reference's URI (and its bare name) -> its document
@@ -98,7 +101,7 @@ class Loader:
             uri = urljoin(self.base, name)
             self.documents.setdefault(uri, doc)
             self.documents.setdefault(name, doc)
-            self._collect_ids(doc, 0, (doc, _own_id(doc) or uri))
+            self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
         self.loaded: dict[int, Node] = {}
 
     def _collect_ids(self, doc: Any, depth: int, home: tuple[Any, str] | None = None) -> None:

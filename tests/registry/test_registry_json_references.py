@@ -79,7 +79,7 @@ def test_references_of_references_and_the_roots_id_as_the_base(url):
     root's `$id` (everit registers each reference at that URI), and a referenced schema's own `#/...`
     pointers stay within it."""
     assert register(url, "zip", js(type="string", pattern="^[0-9]+$")) == (200, {"id": 1})
-    address = js(type="object", properties={"zip": {"$ref": "zip.json"}, "kind": {"$ref": "#/definitions/Kind"}},
+    address = js(type="object", properties={"zip": {"$ref": "./zip.json"}, "kind": {"$ref": "#/definitions/Kind"}},
                  definitions={"Kind": {"enum": ["home", "work"]}})
     assert register(url, "address", address, [{"name": "zip.json", "subject": "zip", "version": 1}])[0] == 200
     customer = js(**{"$id": "https://example.com/schemas/customer.json"}, type="object",
