@@ -119,6 +119,10 @@ class Loader:
             for value in doc:
                 self._collect_ids(value, depth + 1, home)
 
+    def _home(self, at: Any) -> tuple[Any, str]:
+        """The document `at` is part of and the base URI its `$ref`s resolve against."""
+        return self.home.get(id(at)) or (self.root, self.base)
+
     def resolve(self, ref: str, at: Any = None) -> Any:
         """The part of a document the `$ref` of `at` (an object of the root document or of a referenced
         one) names: an `$id`, a JSON pointer into `at`'s document ("#/...") or into a part with an `$id`
@@ -127,13 +131,13 @@ class Loader:
         against the base URI `at` is under). Nothing is fetched."""
         if ref in self.ids:
             return self.ids[ref]
-        here, base = self.home.get(id(at), (self.root, self.base))
         target, _, pointer = ref.partition("#")
-        uri = urljoin(base, target)
         if not target:
-            doc = here
-        elif target in self.ids or uri in self.ids:
-            doc = self.ids[target if target in self.ids else uri]
+            doc = self._home(at)[0]
+        elif target in self.ids:
+            doc = self.ids[target]
+        elif (uri := urljoin(self._home(at)[1], target)) in self.ids:  # (urljoin: only for another document)
+            doc = self.ids[uri]
         elif uri in self.documents or target in self.documents:
             doc = self.documents[uri if uri in self.documents else target]
         else:
