@@ -520,9 +520,11 @@ class JsonSchemaConverter(Converter):
         path = f"/subjects/{quote(subject, safe='')}"
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
-            if self.config["latest.compatibility.strict"]:  # (the latest with the schemas its references name)
-                check_latest_reads(latest, "JSON", text,
-                                   lambda _: backward_problems(self._document(latest), json.loads(text)))
+            if self.config["latest.compatibility.strict"]:
+                # the latest with the schemas its references name, fetched first: a registry that does not
+                # answer stays a retriable failure, not a reason the latest cannot read the record
+                reader = self._document(latest) if latest.get("schemaType") == "JSON" else None
+                check_latest_reads(latest, "JSON", text, lambda _: backward_problems(reader, json.loads(text)))
             found = int(latest["id"])
         else:
             body = {"schemaType": "JSON", "schema": text}

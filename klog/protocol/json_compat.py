@@ -8,8 +8,8 @@ loader reads it (klog.protocol.json_schema).
 
 Not checked (Confluent does): the `contains` schema itself, `propertyNames`, `unevaluatedItems` beyond
 2020-12's items after `prefixItems`, remote references (fetched by URL; schema references are followed), the
-LENIENT policy. Checked against Confluent's own
-diff examples (json-schema-provider's diff-*.json test resources): every one agrees.
+LENIENT policy. Checked against Confluent's own diff examples (json-schema-provider's diff-*.json test
+resources): every one agrees.
 """
 
 from __future__ import annotations
