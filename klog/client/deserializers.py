@@ -216,7 +216,8 @@ class RecordDecoder:
 
         fastavro = _fastavro()
         try:
-            texts = [*referenced_schemas(self.registry, found.get("references") or [], DecodeError), found["schema"]]
+            texts = [*_texts(referenced_schemas(self.registry, found.get("references") or [], DecodeError)),
+                     found["schema"]]
             read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
             raise
@@ -232,37 +233,52 @@ class RecordDecoder:
         return read
 
 
-def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -> list[str]:
-    """The texts of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
-    each once (references may cycle), at most REFERENCES_MAX, all within REFERENCES_TIMEOUT_S (a registry
-    that answers each just within its timeout does not hold the caller for REFERENCES_MAX of them)."""
-    return _referenced(registry, references, set(), time.monotonic() + REFERENCES_TIMEOUT_S, error)
-
-
-def _referenced(registry: Any, references: Any, seen: set, deadline: float, error: type[KlogError]) -> list[str]:
+def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -> list[tuple[str, str]]:
+    """(name, text) of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
+    each fetched once (references may cycle), at most REFERENCES_MAX, all within REFERENCES_TIMEOUT_S (a
+    registry that answers each just within its timeout does not hold the caller for REFERENCES_MAX of them).
+    Avro takes the texts (named types), JSON Schema the names too (its `$ref`s name them)."""
     from urllib.parse import quote
 
     from klog.protocol.registry_client import RegistryAnswerError
 
-    out: list[str] = []
-    for ref in references:
-        if not isinstance(ref, dict) or "subject" not in ref:
-            raise error(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
-        where = (str(ref["subject"]), str(ref.get("version", "latest")))
-        if where in seen:
-            continue
-        seen.add(where)
-        if len(seen) > REFERENCES_MAX:
-            raise error(f"more than {REFERENCES_MAX} schema references")
-        if time.monotonic() > deadline:
-            raise error(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
-        try:
-            doc = registry.call("GET", f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}")
-        except RegistryAnswerError as e:
-            raise error(f"referenced schema {where[0]} version {where[1]}: {e}") from None
-        out += _referenced(registry, doc.get("references") or [], seen, deadline, error)
-        out.append(doc["schema"])
+    deadline = time.monotonic() + REFERENCES_TIMEOUT_S
+    fetched: dict[tuple[str, str], str | None] = {}
+    out: list[tuple[str, str]] = []
+    names: set[str] = set()
+
+    def follow(refs: Any) -> None:
+        for ref in refs:
+            if not isinstance(ref, dict) or "subject" not in ref:
+                raise error(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")
+            where = (str(ref["subject"]), str(ref.get("version", "latest")))
+            name = str(ref.get("name", ""))
+            first = where not in fetched
+            if first:
+                fetched[where] = None  # being fetched: a cycle back to it ends here
+                if len(fetched) > REFERENCES_MAX:
+                    raise error(f"more than {REFERENCES_MAX} schema references")
+                if time.monotonic() > deadline:
+                    raise error(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
+                path = f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}"
+                try:
+                    doc = registry.call("GET", path)
+                except RegistryAnswerError as e:
+                    raise error(f"referenced schema {where[0]} version {where[1]}: {e}") from None
+                follow(doc.get("references") or [])
+                fetched[where] = doc["schema"]
+            text = fetched[where]
+            if text is not None and (first or name not in names):  # each text once, and each name
+                out.append((name, text))
+                names.add(name)
+
+    follow(references)
     return out
+
+
+def _texts(named: list[tuple[str, str]]) -> list[str]:
+    """The texts of referenced_schemas, each once (Avro defines each named type once)."""
+    return list(dict.fromkeys(text for _, text in named))
 
 
 def open_registry(formats: set[str], registry_url: str | None) -> Any:

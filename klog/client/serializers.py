@@ -26,6 +26,7 @@ from klog.client.deserializers import (
     MAGIC,
     REGISTRY_FORMATS,
     _fastavro,
+    _texts,
     open_registry,
     parse_serdes,
     referenced_schemas,
@@ -111,7 +112,7 @@ class RecordEncoder:
                 if fmt != "avro":
                     body["schemaType"] = fmt.upper()
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
-                texts = [what[5:]]
+                found = {"schema": what[5:]}  # (registered without references)
             elif what.startswith("id:"):
                 try:
                     schema_id = int(what[3:])
@@ -123,9 +124,11 @@ class RecordEncoder:
                 found = self.registry.call("GET", f"{path}/versions/latest")
                 self._check_type(found, fmt, f"the latest schema of {subject}")
                 schema_id = int(found["id"])
-            if not what.startswith("text:"):  # (Avro named types of other subjects: theirs first)
-                references = (found.get("references") or []) if fmt == "avro" else []
-                texts = [*referenced_schemas(self.registry, references, KlogError), found["schema"]]
+            # the schemas its references name: Avro's named types of other subjects (theirs first), JSON
+            # Schema's documents its $refs name
+            referenced = referenced_schemas(self.registry, found.get("references") or [], KlogError) \
+                if fmt != "protobuf" else []
+            texts = [*_texts(referenced), found["schema"]]
         except RegistryAnswerError as e:
             raise KlogError(f"the {field} schema for {subject}: {e}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's
@@ -136,7 +139,9 @@ class RecordEncoder:
             from klog.client.protobuf_codec import encoder
 
             return encoder(self.registry, schema_id, header)
-        return _avro_encoder(texts, header, schema_id) if fmt == "avro" else _json_encoder(texts[-1], header, schema_id)
+        if fmt == "avro":
+            return _avro_encoder(texts, header, schema_id)
+        return _json_encoder(found["schema"], referenced, header, schema_id)
 
     @staticmethod
     def _check_type(found: dict, fmt: str, what: str) -> None:
@@ -170,14 +175,17 @@ def _avro_encoder(texts: list[str], header: bytes, schema_id: int) -> Callable[[
     return encode
 
 
-def _json_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes], bytes]:
+def _json_encoder(text: str, referenced: list[tuple[str, str]], header: bytes,
+                  schema_id: int) -> Callable[[bytes], bytes]:
+    """`referenced`: (name, text) of the schemas its references name, which its `$ref`s may name."""
+    from klog.protocol.json_schema import document_of, validator_of
+
     try:
-        import jsonschema
+        import jsonschema  # noqa: F401 - named now, not at the first record
     except ImportError:
         raise KlogError("-s json needs jsonschema: pip install 'klog[connect]'") from None
     try:
-        schema = json.loads(text)
-        validator = jsonschema.validators.validator_for(schema)(schema)
+        validator = validator_of(document_of(text, referenced))
     except Exception as e:  # noqa: BLE001 - a schema jsonschema cannot use
         raise KlogError(f"schema {schema_id} is not a JSON Schema jsonschema reads: {_short(e)}") from None
 
@@ -187,6 +195,8 @@ def _json_encoder(text: str, header: bytes, schema_id: int) -> Callable[[bytes],
             error = next(validator.iter_errors(doc), None)
         except RecursionError:
             raise EncodeError(f"is nested too deep to check against schema {schema_id}") from None
+        except Exception as e:  # noqa: BLE001 - jsonschema's Unresolvable (a $ref nothing names) and kin
+            raise EncodeError(f"cannot be checked against schema {schema_id}: {_short(e)}") from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the document"
             raise EncodeError(f"does not match schema {schema_id} at {where}: {_short(error.message)}")

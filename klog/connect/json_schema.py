@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from klog.client.deserializers import referenced_schemas
 from klog.connect.avro import (
     MAGIC,
     STRATEGY_PACKAGE,
@@ -54,7 +55,7 @@ from klog.connect.converters import (  # JsonConverter's Jackson number texts: o
 from klog.connect.data import DECIMAL, Schema
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol.json_compat import backward_problems
-from klog.protocol.json_schema import Loader, Node
+from klog.protocol.json_schema import Document, Loader, Node, document_of, validator_of
 
 NAMESPACE = "io.confluent.connect.json"
 ONE_OF = NAMESPACE + ".OneOf"
@@ -156,7 +157,8 @@ def _describe(s: Schema, out: dict[str, Any], style: Writing) -> None:
 
 # -- JSON Schema -> Connect schema --------------------------------------------------------------------
 class _ToConnect:
-    """JsonSchemaData.toConnectSchema over one JSON Schema document ($refs within it followed)."""
+    """JsonSchemaData.toConnectSchema over one JSON Schema document ($refs within it and into the documents
+    its references name followed)."""
 
     def __init__(self, root: Any, optional_for_nonrequired: bool = False) -> None:
         self.loader = Loader(root)  # the registry's reading of a schema document: one reading
@@ -291,11 +293,12 @@ class _ToConnect:
 
 
 def connect_schema(doc: Any, version: int | None = None, optional_for_nonrequired: bool = False) -> Schema:
-    """The Connect schema of a JSON Schema document, as Confluent's JsonSchemaData.toConnectSchema;
-    `version`: the registry's version of it, when the schema has no connect.version;
-    `optional_for_nonrequired`: use.optional.for.nonrequired."""
+    """The Connect schema of a JSON Schema document (or a json_schema.Document, with the ones its references
+    name), as Confluent's JsonSchemaData.toConnectSchema; `version`: the registry's version of it, when the
+    schema has no connect.version; `optional_for_nonrequired`: use.optional.for.nonrequired."""
     try:
-        return _ToConnect(doc, optional_for_nonrequired).schema(doc, version)
+        reader = _ToConnect(doc, optional_for_nonrequired)
+        return reader.schema(reader.loader.root, version)
     except RecursionError:
         raise DataError("the JSON schema is nested too deep") from None
     except ValueError as e:  # the Loader's SchemaProblem: a $ref not in the document
@@ -518,7 +521,10 @@ class JsonSchemaConverter(Converter):
         if self.config["use.latest.version"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
-                check_latest_reads(latest, "JSON", text, lambda doc: backward_problems(doc, json.loads(text)))
+                # the latest with the schemas its references name, fetched first: a registry that does not
+                # answer stays a retriable failure, not a reason the latest cannot read the record
+                reader = self._document(latest) if latest.get("schemaType") == "JSON" else None
+                check_latest_reads(latest, "JSON", text, lambda _: backward_problems(reader, json.loads(text)))
             found = int(latest["id"])
         else:
             body = {"schemaType": "JSON", "schema": text}
@@ -553,15 +559,15 @@ class JsonSchemaConverter(Converter):
 
     def _check(self, schema_id: int, text: str | bytes) -> None:
         """json.fail.invalid.schema: the payload validated against the registered schema it is written with
-        (jsonschema, locally: klog fetches no remote $ref), DataError naming the first breach. Its numbers
-        read as floats: jsonschema's multipleOf divides by a float schema's value."""
+        (jsonschema, its `$ref`s to the schemas its references name resolved to them), DataError naming the first
+        breach. Its numbers read as floats: jsonschema's multipleOf divides by a float schema's value."""
         doc = json.loads(text)
         validator = self._validators.get(schema_id)
         if validator is None:
             import jsonschema
 
-            found = json.loads(self.registry.call("GET", f"/schemas/ids/{schema_id}")["schema"])
-            validator = jsonschema.validators.validator_for(found, default=jsonschema.Draft7Validator)(found)
+            found = self._document(self.registry.call("GET", f"/schemas/ids/{schema_id}"))
+            validator = validator_of(found, default=jsonschema.Draft7Validator)
             with self._lock:
                 _put_bounded(self._validators, schema_id, validator, self.cache_size)
         try:
@@ -580,17 +586,26 @@ class JsonSchemaConverter(Converter):
         found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
         if found.get("schemaType") != "JSON":
             raise DataError(f"schema {schema_id} is {found.get('schemaType', 'AVRO')}, not JSON")
-        try:
-            doc = json.loads(found["schema"])
-        except ValueError:
-            raise DataError(f"schema {schema_id} is no JSON document") from None
+        document = self._document(found, f"schema {schema_id}")
+        doc = document.root
         version = None
         if not (isinstance(doc, dict) and "connect.version" in doc):
             try:
                 subject = self._subject(topic, doc.get("title") if isinstance(doc, dict) else None)
-                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}",
-                                             {"schemaType": "JSON", "schema": found["schema"]}).get("version")
+                lookup: dict[str, Any] = {"schemaType": "JSON", "schema": found["schema"]}
+                if found.get("references"):
+                    lookup["references"] = found["references"]
+                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}", lookup).get("version")
             except DataError:  # not under that subject, or no subject for it: no version
                 pass
-        return connect_schema(doc, version if isinstance(version, int) else None,
+        return connect_schema(document, version if isinstance(version, int) else None,
                               self.config["use.optional.for.nonrequired"])
+
+    def _document(self, found: dict[str, Any], what: str = "the schema") -> Document:
+        """A registry answer's JSON schema with the schemas its references name (fetched: the registry client
+        klog's -s json uses too), which its `$ref`s name."""
+        try:
+            return document_of(found["schema"],
+                               referenced_schemas(self.registry, found.get("references") or [], DataError))
+        except ValueError:
+            raise DataError(f"{what} is no JSON document") from None

@@ -7,8 +7,9 @@ update backward compatible when each difference is in its compatible set. A sche
 loader reads it (klog.protocol.json_schema).
 
 Not checked (Confluent does): the `contains` schema itself, `propertyNames`, `unevaluatedItems` beyond
-2020-12's items after `prefixItems`, remote references, the LENIENT policy. Checked against Confluent's own
-diff examples (json-schema-provider's diff-*.json test resources): every one agrees.
+2020-12's items after `prefixItems`, remote references (fetched by URL; schema references are followed), the
+LENIENT policy. Checked against Confluent's own diff examples (json-schema-provider's diff-*.json test
+resources): every one agrees.
 """
 
 from __future__ import annotations
@@ -500,14 +501,15 @@ def _max_matching(edges: dict[int, dict[int, Any]]) -> dict[int, int]:
 
 
 def differences(original: Any, update: Any, budget: Budget | None = None) -> list[tuple[str, str]]:
-    """Every difference from `original` to `update` (both JSON schema documents), as (type, path);
-    SchemaProblem when the comparison outspends `budget` (a request's; its own when None)."""
+    """Every difference from `original` to `update` (both JSON schema documents, or Documents with the
+    ones their references name: `$ref`s into those are followed as local ones, within the same budget), as
+    (type, path); SchemaProblem when the comparison outspends `budget` (a request's; its own when None)."""
     o, u = Loader(original), Loader(update)
     own = budget is None
     budget = Budget() if budget is None else budget
     budget.left = budget.limit  # each pair of schemas its count (a transitive level compares many)
     try:
-        return _Diff(o, u, budget).compare(o.node(original), u.node(update), "#")
+        return _Diff(o, u, budget).compare(o.node(o.root), u.node(u.root), "#")
     finally:
         if own:
             budget.close()

@@ -2,14 +2,18 @@
 the two faces that read them: `klog registry` (its JSON compatibility, klog.protocol.json_compat) and
 Connect's JsonSchemaConverter (klog.connect.json_schema). Pure JSON: one keyword family (a type and its
 keywords, enum, const, not, allOf, anyOf, oneOf, $ref) is that kind of schema, several are an allOf of
-them, a list of types an anyOf, none the empty schema; local `$ref`s (`#/definitions/...`, `#/$defs/...`,
-an `$id`) are followed, others refused (klog resolves no schema references)."""
+them, a list of types an anyOf, none the empty schema. `$ref`s are followed within the document
+(`#/definitions/...`, `#/$defs/...`, an `$id`) and into the documents its schema references name (a
+Document: `"$ref": "address.json"` or `"address.json#/definitions/Zip"`, the name resolved against the
+root's `$id` as Confluent's JsonSchema registers each reference with everit); nothing is fetched."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin
 
 TYPE_KEYWORDS = {
     "string": ("minLength", "maxLength", "pattern"),
@@ -19,6 +23,9 @@ TYPE_KEYWORDS = {
     "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"),
 }
 COMBINERS = ("allOf", "anyOf", "oneOf")
+# what names and $refs are relative to in a document without an $id (json-sKema's mem://input): so that
+# "address.json" and "./address.json" name one reference (urljoin leaves them apart against no base)
+NO_ID_BASE = "https://klog.invalid/"
 
 
 @dataclass(eq=False)
@@ -40,38 +47,102 @@ class SchemaProblem(ValueError):
     """A JSON schema klog cannot compare (an unresolvable $ref)."""
 
 
-class Loader:
-    """Nodes of one schema document, each JSON object loaded once (so $ref cycles end)."""
+@dataclass(frozen=True, eq=False)
+class Document:
+    """A JSON Schema document with the documents its schema references name (Confluent's resolvedReferences:
+    reference name -> document, every reference's own references among them), which its `$ref`s may name."""
 
-    def __init__(self, root: Any) -> None:
-        self.root = root
+    root: Any
+    referenced: Mapping[str, Any] = field(default_factory=dict)
+
+
+def with_references(doc: Any, referenced: Mapping[str, Any]) -> Document:
+    """`doc` with its references (name -> Document, or a bare document): theirs flattened in, a name
+    the first time it is met kept, as Confluent's resolveReferences keeps it."""
+    flat: dict[str, Any] = {}
+    for name, ref in referenced.items():
+        if name in flat:
+            continue
+        ref = ref if isinstance(ref, Document) else Document(ref)
+        for inner, inner_doc in ref.referenced.items():
+            flat.setdefault(inner, inner_doc)
+        flat[name] = ref.root
+    return Document(doc, flat)
+
+
+def document_of(text: str | bytes, referenced: list[tuple[str, str]]) -> Document:
+    """A schema's JSON text with the (name, text) of the schemas its references name (a registry client's,
+    theirs among them), a name the first time it comes kept; ValueError for a text that is no JSON."""
+    named: dict[str, Any] = {}
+    for name, ref_text in referenced:
+        if name not in named:
+            named[name] = json.loads(ref_text)
+    return Document(json.loads(text), named)
+
+
+def _own_id(doc: Any) -> str:
+    found = doc.get("$id", doc.get("id")) if isinstance(doc, dict) else None
+    return found if isinstance(found, str) else ""
+
+
+class Loader:
+    """Nodes of one schema document (a Document, or a bare one), each JSON object loaded once (so $ref
+    cycles end, across documents too)."""
+
+    def __init__(self, schema: Any) -> None:
+        schema = schema if isinstance(schema, Document) else Document(schema)
+        self.root = schema.root
+        self.base = urljoin(NO_ID_BASE, _own_id(self.root))  # what names and the root's $refs resolve against
         self.ids: dict[str, Any] = {}
-        self._collect_ids(root, 0)
+        self._collect_ids(self.root, 0)
+        self.documents: dict[str, Any] = {}  # a reference's URI (and its bare name) -> its document
+        self.home: dict[int, tuple[Any, str]] = {}  # each object of a referenced document -> (it, its base URI)
+        for name, doc in schema.referenced.items():
+            uri = urljoin(self.base, name)
+            self.documents.setdefault(uri, doc)
+            self.documents.setdefault(name, doc)
+            self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
         self.loaded: dict[int, Node] = {}
 
-    def _collect_ids(self, doc: Any, depth: int) -> None:
+    def _collect_ids(self, doc: Any, depth: int, home: tuple[Any, str] | None = None) -> None:
         if depth > 200:
             raise SchemaProblem("the schema is nested too deep")
         if isinstance(doc, dict):
+            if home is not None:
+                self.home[id(doc)] = home
             for key in ("$id", "id"):
                 if isinstance(doc.get(key), str):
                     self.ids.setdefault(doc[key], doc)
             for value in doc.values():
-                self._collect_ids(value, depth + 1)
+                self._collect_ids(value, depth + 1, home)
         elif isinstance(doc, list):
             for value in doc:
-                self._collect_ids(value, depth + 1)
+                self._collect_ids(value, depth + 1, home)
 
-    def resolve(self, ref: str) -> Any:
-        """The part of the document a `$ref` names: an `$id`, a JSON pointer into the document ("#/...") or
-        into a part with an `$id` ("http://example.com/a.json#/definitions/x" where the root's `$id` is
-        http://example.com/a.json: everit resolves it without fetching, so does klog). Nothing is fetched."""
+    def _home(self, at: Any) -> tuple[Any, str]:
+        """The document `at` is part of and the base URI its `$ref`s resolve against."""
+        return self.home.get(id(at)) or (self.root, self.base)
+
+    def resolve(self, ref: str, at: Any = None) -> Any:
+        """The part of a document the `$ref` of `at` (an object of the root document or of a referenced
+        one) names: an `$id`, a JSON pointer into `at`'s document ("#/...") or into a part with an `$id`
+        ("http://example.com/a.json#/definitions/x" where the root's `$id` is http://example.com/a.json:
+        everit resolves it without fetching, so does klog), or into a referenced document (its name, resolved
+        against the base URI `at` is under). Nothing is fetched."""
         if ref in self.ids:
             return self.ids[ref]
-        base, _, pointer = ref.partition("#")
-        if base and base not in self.ids:
-            raise SchemaProblem(f"$ref {ref!r} is not in the schema (klog resolves only local references)")
-        doc = self.ids[base] if base else self.root
+        target, _, pointer = ref.partition("#")
+        if not target:
+            doc = self._home(at)[0]
+        elif target in self.ids:
+            doc = self.ids[target]
+        elif (uri := urljoin(self._home(at)[1], target)) in self.ids:  # (urljoin: only for another document)
+            doc = self.ids[uri]
+        elif uri in self.documents or target in self.documents:
+            doc = self.documents[uri if uri in self.documents else target]
+        else:
+            raise SchemaProblem(f"$ref {ref!r} names neither a part of the schema nor one of its references "
+                                "(klog fetches no schema)")
         if pointer and not pointer.startswith("/"):
             raise SchemaProblem(f"$ref {ref!r} names no $id of the schema")
         for part in pointer[1:].split("/") if pointer else ():
@@ -87,7 +158,7 @@ class Loader:
     def node(self, doc: Any) -> Node:
         for _ in range(64):  # a $ref to a $ref ...: followed (everit's normalizeSchema)
             if isinstance(doc, dict) and isinstance(doc.get("$ref"), str) and len(self._families(doc)) == 1:
-                doc = self.resolve(doc["$ref"])
+                doc = self.resolve(doc["$ref"], doc)
             else:
                 break
         hit = self.loaded.get(id(doc))
@@ -127,7 +198,7 @@ class Loader:
         if family in COMBINERS:
             return Node("combined", doc, family, [self.node(d) for d in doc[family]])
         if family == "$ref":
-            return self.node(self.resolve(doc["$ref"]))
+            return self.node(self.resolve(doc["$ref"], doc))
         kind = doc.get("type")
         if isinstance(kind, list):  # everit: one schema per type, any of them
             return Node("combined", doc, "anyOf", [self._typed(doc, k) for k in kind])
@@ -142,15 +213,41 @@ class Loader:
         return Node(str(kind), doc)
 
 
-def check_references(doc: Any) -> None:
-    """SchemaProblem when a `$ref` of the document is not in it (klog resolves no schema references)."""
-    loader = Loader(doc)
-    todo = [doc]
+def check_references(schema: Any) -> None:
+    """SchemaProblem when a `$ref` of the document (a Document, or a bare one) names nothing in it or in
+    the documents its references name."""
+    loader = Loader(schema)
+    todo = [loader.root]
     while todo:
         part = todo.pop()
         if isinstance(part, dict):
             if isinstance(part.get("$ref"), str):
-                loader.resolve(part["$ref"])
+                loader.resolve(part["$ref"], part)
             todo += part.values()
         elif isinstance(part, list):
             todo += part
+
+
+def validator_of(schema: Any, default: Any = None) -> Any:
+    """A jsonschema validator of the document (a Document, or a bare one), of the class its `$schema` names
+    (else `default`, jsonschema's latest draft when None); its `$ref`s to the schemas its references name
+    resolve to their documents, by name against the root's `$id` as confluent-kafka's JSON serde registers
+    them. Nothing is fetched: a `$ref` to a URL is unresolvable when it is checked."""
+    import jsonschema
+
+    schema = schema if isinstance(schema, Document) else Document(schema)
+    cls = jsonschema.validators.validator_for(schema.root, **({} if default is None else {"default": default}))
+    base = _own_id(schema.root)
+    documents: dict[str, Any] = {}
+    for name, doc in schema.referenced.items():
+        documents.setdefault(urljoin(base, name), doc)
+        documents.setdefault(name, doc)
+    try:
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT7
+    except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
+        return cls(schema.root, resolver=jsonschema.RefResolver.from_schema(schema.root, store=documents))
+    # a Registry of its own: one that retrieves nothing (jsonschema's default one fetches URLs)
+    registry = Registry().with_resources(
+        (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
+    return cls(schema.root, registry=registry)

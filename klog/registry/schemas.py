@@ -27,7 +27,7 @@ from klog.protocol import json_compat, protobuf_compat
 from klog.protocol import protobuf_schema as proto
 from klog.protocol.avro_compat import named_types, read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
-from klog.protocol.json_schema import SchemaProblem, check_references
+from klog.protocol.json_schema import Document, SchemaProblem, check_references, with_references
 from klog.registry.compat import LEVELS, compatibility_problems
 
 TOPIC = "_schemas"
@@ -78,6 +78,11 @@ class Version:
 
     def refers_to(self, subject: str, version: int) -> bool:
         return any(r.get("subject") == subject and r.get("version") == version for r in self.references)
+
+
+def _cache_key(v: Version) -> tuple[str, str, str]:
+    """What a stored version's parsed form depends on: its type, text and references."""
+    return v.schema_type, v.schema, json.dumps(v.references)
 
 
 def _compact(doc: Any) -> bytes:
@@ -161,10 +166,11 @@ def _inline(schema: Any, external: dict[str, Any], defined: set[str]) -> Any:
     return out
 
 
-def parse_json(text: Any) -> Any:
-    """A JSON Schema's text parsed: RegistryError 42201 when it is no JSON document, not a schema by its
-    metaschema (jsonschema's check_schema, draft 7 unless `$schema` names another), or has a `$ref` klog
-    cannot resolve (only local ones: schema references are not resolved)."""
+def parse_json(text: Any, referenced: dict[str, tuple[Document, str]] | None = None) -> Document:
+    """A JSON Schema's text parsed, with the documents its references name (name -> (the referenced schema
+    parsed, "subject:version")): RegistryError 42201 when it is no JSON document, not a schema by its
+    metaschema (jsonschema's check_schema, draft 7 unless `$schema` names another), or has a `$ref` that
+    names nothing in it or in those documents (nothing is fetched)."""
     if not isinstance(text, str) or not text.strip():
         raise RegistryError(422, 42201, "Empty schema")
     try:
@@ -172,8 +178,9 @@ def parse_json(text: Any) -> Any:
         if not isinstance(doc, dict | bool):
             raise ValueError(f"a JSON Schema is an object or a boolean, not {type(doc).__name__}")
         _check_metaschema(doc)
-        check_references(doc)
-        return doc
+        parsed = with_references(doc, {name: ref for name, (ref, _) in (referenced or {}).items()})
+        check_references(parsed)
+        return parsed
     except RecursionError:
         raise RegistryError(422, 42201, "Invalid schema: nested too deep") from None
     except Exception as e:  # noqa: BLE001 - json's, jsonschema's and json_compat's refusals: each is a 42201
@@ -228,11 +235,10 @@ def parse_protobuf(text: Any, referenced: dict[str, tuple[ParsedProto, str]], st
 
 def parse(text: Any, schema_type: str, referenced: dict[str, tuple[Any, str]] | None = None,
           strict: bool = True) -> Any:
-    """A schema's text parsed by its type's rules (42201 when it breaks them); a Protobuf or Avro one with
-    its references, parsed (JSON Schema's references are refused before)."""
+    """A schema's text parsed by its type's rules (42201 when it breaks them), with its references, parsed."""
     if schema_type == "PROTOBUF":
         return parse_protobuf(text, referenced or {}, strict)
-    return parse_json(text) if schema_type == "JSON" else parse_avro(text, referenced)
+    return parse_json(text, referenced) if schema_type == "JSON" else parse_avro(text, referenced)
 
 
 # requests parsing and comparing a schema at once, without the registry's lock: a 10 MB JSON schema's
@@ -292,6 +298,8 @@ def canonical(parsed: Any, schema_type: str = "AVRO", references: list[dict[str,
     descriptor (proto.identity: the .proto text and the serialized form of one schema are the same)."""
     if schema_type == "PROTOBUF":
         form = proto.identity(parsed.descriptor, parsed.schema.proto).hex()
+    elif schema_type == "JSON":
+        form = json.dumps(parsed.root, separators=(",", ":"))
     else:
         form = json.dumps(parsed, sort_keys=schema_type == "AVRO", separators=(",", ":"))
     return schema_type + ":" + form + (":" + json.dumps(references) if references else "")
@@ -326,7 +334,8 @@ class Registry:
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._stored: dict[tuple[str, str], tuple[Any, str]] = {}  # a stored schema's (type, text) -> parsed
+        self._stored: dict[tuple[str, str, str], tuple[Any, str]] = {}  # a stored schema's (type, text, refs) -> parsed
+        self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
         self._load()
         self._producer = store.producer()
 
@@ -381,46 +390,53 @@ class Registry:
         stored = self._parsed_of(v)
         return None if stored is None else stored[1]
 
-    def _parsed_of(self, v: Version, depth: int = 0) -> tuple[Any, str] | None:
+    def _parsed_of(self, v: Version, chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[Any, str] | None:
         """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
-        versions without parsing them again (a JSON schema's metaschema check is milliseconds)."""
+        versions without parsing them again (a JSON schema's metaschema check is milliseconds). `chain`: the
+        versions whose references led here (outermost first)."""
         if v.schema_type not in TYPES:
             return None
-        where = (v.schema_type, v.schema, json.dumps(v.references))
+        where = _cache_key(v)
         hit = self._stored.get(where)
         if hit is None:
             try:
-                parsed = parse(v.schema, v.schema_type, self._referenced(v.references, v.schema_type, depth + 1),
-                               strict=False)  # what Confluent's registry took, as klog refuses no stored version
-            except RegistryError:  # a stored schema klog cannot parse (another registry wrote it): matches none
+                referenced = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
+                # not strict: what Confluent's registry took, as klog refuses no stored version
+                parsed = parse(v.schema, v.schema_type, referenced, strict=False)
+            except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
+                self._unparsable[where] = str(e)
                 return None
             hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))
         return hit
 
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,
-                    depth: int = 0) -> dict[str, tuple[Any, str]]:
-        """Each reference's schema, parsed (import name -> (parsed, "subject:version")): 42201 naming one
-        that is not registered or cannot be parsed. JSON Schema's $ref to another subject is not resolved: its
-        references are refused."""
+                    chain: tuple[tuple[Any, Any], ...] = ()) -> dict[str, tuple[Any, str]]:
+        """Each reference's schema, parsed with its own (import name, a JSON Schema's `$ref` name -> (parsed,
+        "subject:version")): 42201 naming one that is not registered or cannot be parsed, references nested
+        deeper than MAX_REFERENCE_DEPTH or leading back to a version they started from (`chain`: the versions
+        whose references led here; a _schemas topic another registry wrote could loop them)."""
         if not references:
             return {}
-        if depth > MAX_REFERENCE_DEPTH:
+        if len(chain) > MAX_REFERENCE_DEPTH:
             raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
         out = {}
         for ref in references:
-            target = self.versions.get((ref.get("subject"), ref.get("version")))  # a dict read: no lock needed
+            where = (ref.get("subject"), ref.get("version"))
+            if where in chain:
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} leads back to "
+                                    f"subject {where[0]!r} version {where[1]} (references in a cycle)")
+            target = self.versions.get(where)  # a dict read: no lock needed
             if target is None or target.deleted:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
-            if schema_type == "JSON":
-                raise RegistryError(422, 42201, "Invalid schema: klog's registry resolves references of Protobuf "
-                                    "and Avro schemas, not of JSON ones")
             if target.schema_type != schema_type:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} is a "
                                     f"{target.schema_type} schema and this one {schema_type}")
-            parsed = self._parsed_of(target, depth)
+            parsed = self._parsed_of(target, chain)
             if parsed is None:
-                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed")
+                why = self._unparsable.get(_cache_key(target))
+                raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed"
+                                    + (f" ({why})" if why else ""))
             out[str(ref.get("name"))] = (parsed[0], f"{target.subject}:{target.version}")
         return out
 

@@ -1,7 +1,7 @@
 """Confluent Schema Registry's REST API (the subset Connect's AvroConverter and JsonSchemaConverter,
 confluent-kafka's SchemaRegistryClient and their serializers call) over a Registry, on 127.0.0.1:8081 by
-default; Avro, JSON Schema and Protobuf schemas (schemaType AVRO, the default, JSON or PROTOBUF), Protobuf
-and Avro ones with references.
+default; Avro, JSON Schema and Protobuf schemas (schemaType AVRO, the default, JSON or PROTOBUF), each with
+references.
 
 GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /subjects/{s}/versions,
 GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,

@@ -196,6 +196,23 @@ def test_a_schema_with_references_encodes_and_round_trips(cli, data_dir):
     assert out.exit_code == 0 and out.out.encode() == text
 
 
+def test_a_json_schema_with_references_checks_values_through_them(cli, data_dir):
+    """-s json with a schema whose `$ref`s name its references' schemas: fetched and resolved by name
+    (before, jsonschema could not resolve `address.json`: no value was checked against it)."""
+    address = {"type": "object", "properties": {"zip": {"$ref": "#/definitions/Zip"}},
+               "definitions": {"Zip": {"type": "string", "maxLength": 5}}}
+    customer = {"type": "object", "properties": {"address": {"$ref": "address.json"}}}
+    answers = {"/schemas/ids/9": {"schemaType": "JSON", "schema": json.dumps(customer), "references": [
+                   {"name": "address.json", "subject": "address", "version": 1}]},
+               "/subjects/address/versions/1": {"subject": "address", "version": 1, "id": 8, "schemaType": "JSON",
+                                                "schema": json.dumps(address)}}
+    with stub_registry(answers) as url:
+        done = cli("produce", "t", "-s", "value=json", "--schema", "id:9", "-r", url,
+                   input=b'{"address": {"zip": "12345"}}\n{"address": {"zip": "123456"}}\n')
+    assert done.exit_code == 2 and "line 2: the value does not match schema 9 at address/zip" in done.stderr
+    assert values(data_dir, "t") == [b"\x00\x00\x00\x00\x09" + b'{"address":{"zip":"12345"}}']
+
+
 def test_a_json_copy_keeps_string_values_avro_nulls_and_tombstones(cli, data_dir):
     """--input json took an embedded JSON string as the record's text (hello, not "hello": not JSON to the
     encoder) and an Avro null as a tombstone; the envelope's value_schema_id tells the null apart."""

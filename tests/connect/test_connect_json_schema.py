@@ -267,6 +267,38 @@ def test_confluents_json_schema_converter_settings(registry_url):
         .from_connect("same", connect, {"name": "Ada", "note": "x"}) == plain
 
 
+def test_a_schema_with_references_is_read_validated_and_written_with_as_the_latest(registry_url):
+    """A JSON schema whose `$ref`s name its references' schemas (confluent-kafka's JSONSerializer with a
+    Schema carrying references): its Connect schema reads through them, json.fail.invalid.schema checks the
+    payload against them, and latest.compatibility.strict compares through them before use.latest.version
+    writes with it. Before, the converter read the top schema only: `address.json` named nothing."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    client = SchemaRegistryClient({"url": registry_url})
+    address = {"type": "object", "properties": {"zip": {"type": "string", "maxLength": 5}}, "required": ["zip"]}
+    client.register_schema("address", Schema(json.dumps(address), "JSON"))
+    customer = {"title": "Customer", "type": "object", "required": ["name", "address"],
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "address.json"}}}
+    schema = Schema(json.dumps(customer), "JSON", [SchemaReference("address.json", "address", 1)])
+    data = JSONSerializer(schema, client)({"name": "ada", "address": {"zip": "12345"}}, ctx("customers"))
+    strict = converter(registry_url, **{"json.fail.invalid.schema": "true"})
+    connect, value = strict.to_connect("customers", data)
+    assert connect == {"type": "struct", "fields": [
+        field("name", "string"),
+        {"type": "struct", "fields": [field("zip", "string")], "optional": False, "field": "address"}],
+        "optional": False, "name": "Customer", "version": 1}
+    assert value == {"name": "ada", "address": {"zip": "12345"}}
+    with pytest.raises(DataError, match="json.fail.invalid.schema.*address/zip.*too long"):
+        strict.to_connect("customers", data[:5] + b'{"name": "ada", "address": {"zip": "123456"}}')
+    use_latest = {"use.latest.version": "true", "auto.register.schemas": "false"}
+    # the Connect schema's JSON schema has no maxLength: the latest (through its reference) reads less
+    with pytest.raises(DataError, match="MAX_LENGTH_ADDED.*#/properties/address/properties/zip/maxLength"):
+        converter(registry_url, **use_latest).from_connect("customers", connect, value)
+    latest = converter(registry_url, **use_latest, **{"latest.compatibility.strict": "false"})
+    assert latest.from_connect("customers", connect, value) == data[:5] + b'{"name":"ada","address":{"zip":"12345"}}'
+
+
 def test_unions_round_trip_as_confluents_oneof_structs(registry_url):
     union = {"type": "struct", "optional": False, "name": ONE_OF, "fields": [
         {"type": "int64", "optional": True, "field": f"{ONE_OF}.field.0"},

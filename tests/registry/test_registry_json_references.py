@@ -1,0 +1,185 @@
+"""JSON Schema references in `klog registry`, as Confluent's JsonSchemaProvider resolves them: a `$ref` to a
+reference's name (optionally with a `#/...` pointer) names that schema; references of references; ids,
+lookups, referencedby, 42206 and compatibility through the references; confluent-kafka's JSONSerializer and
+JSONDeserializer with a Schema carrying references."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import klog
+
+pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
+pytest.importorskip("jsonschema", reason="the JSON Schema metaschema check needs jsonschema")
+
+from klog.protocol.json_compat import backward_problems  # noqa: E402
+from klog.protocol.json_schema import Document, SchemaProblem  # noqa: E402
+from tests.registry.helpers import serving  # noqa: E402
+from tests.registry.test_registry_rest import call  # noqa: E402
+
+
+@pytest.fixture
+def url(data_dir):
+    with serving(data_dir) as base:
+        yield base
+
+
+def js(**doc: object) -> str:
+    return json.dumps(doc)
+
+
+ADDRESS = js(type="object", properties={"street": {"type": "string"}, "zip": {"$ref": "#/definitions/Zip"}},
+             definitions={"Zip": {"type": "string", "maxLength": 10}})
+CUSTOMER = js(type="object", properties={"name": {"type": "string"}, "address": {"$ref": "address.json"},
+                                         "zip": {"$ref": "address.json#/definitions/Zip"}})
+TO_ADDRESS_V1 = [{"name": "address.json", "subject": "address", "version": 1}]
+
+
+def register(url: str, subject: str, schema: str, references: list | None = None) -> tuple[int, object]:
+    body: dict = {"schemaType": "JSON", "schema": schema}
+    if references is not None:
+        body["references"] = references
+    return call(url, "POST", f"/subjects/{subject}/versions", body)
+
+
+def test_a_json_schema_with_references_registers_and_answers_as_confluents(url):
+    assert register(url, "address", ADDRESS) == (200, {"id": 1})
+    assert register(url, "customer", CUSTOMER, TO_ADDRESS_V1) == (200, {"id": 2})
+    assert register(url, "customer", CUSTOMER, TO_ADDRESS_V1) == (200, {"id": 2})  # the same: no new version
+    assert call(url, "GET", "/subjects/customer/versions/1") == (200, {
+        "subject": "customer", "version": 1, "id": 2, "schemaType": "JSON", "references": TO_ADDRESS_V1,
+        "schema": CUSTOMER})
+    assert call(url, "GET", "/schemas/ids/2") == (200, {"schemaType": "JSON", "references": TO_ADDRESS_V1,
+                                                        "schema": CUSTOMER})
+    assert call(url, "GET", "/subjects/address/versions/1/referencedby") == (200, [2])
+    # a lookup matches the text and the references
+    found = call(url, "POST", "/subjects/customer", {"schemaType": "JSON", "schema": CUSTOMER,
+                                                     "references": TO_ADDRESS_V1})
+    assert found[0] == 200 and (found[1]["id"], found[1]["version"]) == (2, 1)
+    # a referenced version is not deleted (42206), softly or for good
+    status, answer = call(url, "DELETE", "/subjects/address/versions/1")
+    assert (status, answer["error_code"]) == (422, 42206)
+    status, answer = call(url, "DELETE", "/subjects/address")
+    assert (status, answer["error_code"]) == (422, 42206)
+    # the same text with other references is another schema: another id, under any subject
+    assert call(url, "PUT", "/config/address", {"compatibility": "NONE"})[0] == 200
+    assert register(url, "address", js(type="object", properties={"street": {"type": "string"}},
+                                       definitions={"Zip": {"type": "integer"}})) == (200, {"id": 3})
+    to_v2 = [{"name": "address.json", "subject": "address", "version": 2}]
+    assert call(url, "POST", "/subjects/customer", {"schemaType": "JSON", "schema": CUSTOMER,
+                                                    "references": to_v2})[0] == 404
+    assert register(url, "other-customer", CUSTOMER, to_v2) == (200, {"id": 4})
+    assert register(url, "third-customer", CUSTOMER, TO_ADDRESS_V1) == (200, {"id": 2})
+
+
+def test_references_of_references_and_the_roots_id_as_the_base(url):
+    """A reference's own references come with it; a `$ref` and a reference's name resolve against the
+    root's `$id` (everit registers each reference at that URI), and a referenced schema's own `#/...`
+    pointers stay within it."""
+    assert register(url, "zip", js(type="string", pattern="^[0-9]+$")) == (200, {"id": 1})
+    address = js(type="object", properties={"zip": {"$ref": "./zip.json"}, "kind": {"$ref": "#/definitions/Kind"}},
+                 definitions={"Kind": {"enum": ["home", "work"]}})
+    assert register(url, "address", address, [{"name": "zip.json", "subject": "zip", "version": 1}])[0] == 200
+    customer = js(**{"$id": "https://example.com/schemas/customer.json"}, type="object",
+                  properties={"address": {"$ref": "address.json"},
+                              "kind": {"$ref": "https://example.com/schemas/address.json#/definitions/Kind"}})
+    assert register(url, "customer", customer, TO_ADDRESS_V1) == (200, {"id": 3})
+
+
+UNRESOLVABLE = [
+    (CUSTOMER, [{"name": "address.json", "subject": "nowhere", "version": 1}], "not registered"),
+    (CUSTOMER, [{"name": "address.json", "subject": "address", "version": 7}], "not registered"),
+    (CUSTOMER, [], "names neither a part of the schema nor one of its references"),
+    (CUSTOMER, [{"name": "other.json", "subject": "address", "version": 1}], "names neither"),
+    (js(**{"$ref": "address.json#/definitions/Missing"}), TO_ADDRESS_V1, "points at nothing"),
+]
+
+
+def test_an_unresolvable_reference_is_42201(url):
+    assert register(url, "address", ADDRESS) == (200, {"id": 1})
+    for schema, references, why in UNRESOLVABLE:  # (one registry for all: each test's server stops in 0.5 s)
+        status, answer = register(url, "customer", schema, references)
+        assert (status, answer["error_code"]) == (422, 42201) and why in answer["message"], answer
+
+
+def test_references_in_a_cycle_are_refused(data_dir):
+    """Through the API a reference names a version that exists before it, so references cannot cycle; a
+    _schemas topic another registry wrote could loop them: parsing them stops at the cycle (42201)."""
+    from klog.registry.schemas import Registry, RegistryError, Version, record_of, schema_key
+
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            looped = [Version("a", 1, 1, js(**{"$ref": "b.json"}), schema_type="JSON",
+                              references=[{"name": "b.json", "subject": "b", "version": 1}]),
+                      Version("b", 1, 2, js(**{"$ref": "a.json"}), schema_type="JSON",
+                              references=[{"name": "a.json", "subject": "a", "version": 1}])]
+            registry._write([(schema_key(v.subject, v.version), record_of(v)) for v in looped])
+            with pytest.raises(RegistryError, match="'a.json' cannot be parsed.*references in a cycle") as refused:
+                registry.register("c", js(**{"$ref": "a.json"}), "JSON",
+                                  [{"name": "a.json", "subject": "a", "version": 1}])
+            assert refused.value.code == 42201
+        finally:
+            registry.close()
+
+
+def test_a_change_inside_a_referenced_schema_is_judged_through_the_ref(url):
+    """BACKWARD: a customer whose address (a referenced schema) changes a property's type may not read what
+    the previous one allowed: the comparison follows `$ref`s into the references as it follows local ones."""
+    assert register(url, "address", ADDRESS) == (200, {"id": 1})
+    assert register(url, "customer", CUSTOMER, TO_ADDRESS_V1) == (200, {"id": 2})
+    assert call(url, "PUT", "/config/address", {"compatibility": "NONE"})[0] == 200
+    changed = ADDRESS.replace('"street": {"type": "string"}', '"street": {"type": "integer"}')
+    widened = ADDRESS.replace('"maxLength": 10', '"maxLength": 20')
+    assert register(url, "address", changed) == (200, {"id": 3})
+    assert register(url, "address", widened) == (200, {"id": 4})
+    status, answer = register(url, "customer", CUSTOMER, [{"name": "address.json", "subject": "address",
+                                                           "version": 2}])
+    assert status == 409 and "TYPE_CHANGED" in answer["message"] and \
+        "#/properties/address/properties/street" in answer["message"]
+    verdict = call(url, "POST", "/compatibility/subjects/customer/versions/latest?verbose=true", {
+        "schemaType": "JSON", "schema": CUSTOMER, "references": [{"name": "address.json", "subject": "address",
+                                                                  "version": 3}]})
+    assert verdict == (200, {"is_compatible": True, "messages": []})  # a longer zip reads the old ones
+
+
+def test_the_comparison_of_referenced_schemas_keeps_its_bound():
+    """`$ref`s into references cost as local ones: each pair of schemas compared spends the budget, and
+    a recursive referenced schema ends (the pairs being compared)."""
+    from klog.protocol.json_compat import Budget
+
+    tree = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "tree.json"}}}}
+    old = Document({"$ref": "tree.json"}, {"tree.json": tree})
+    new = Document({"$ref": "tree.json"}, {"tree.json": {**tree, "additionalProperties": False}})
+    assert backward_problems(new, old) == ['{errorType:"ADDITIONAL_PROPERTIES_REMOVED", '
+                                           'path:"#/additionalProperties"}']
+    wide = Document({"$ref": "w.json"}, {"w.json": {"type": "object", "properties": {
+        f"p{i}": {"type": "string"} for i in range(20)}}})
+    budget = Budget(comparisons=10)
+    try:
+        with pytest.raises(SchemaProblem, match="more than 10 comparisons"):
+            backward_problems(wide, wide, budget)
+    finally:
+        budget.close()
+
+
+def test_confluent_kafkas_json_serializer_with_references_round_trips(url):
+    from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    assert client.register_schema("address", Schema(ADDRESS, "JSON")) == 1
+    customer = Schema(CUSTOMER, "JSON", [SchemaReference("address.json", "address", 1)])
+    ctx = SerializationContext("customers", MessageField.VALUE)
+    record = {"name": "ada", "address": {"street": "Main St", "zip": "12345"}, "zip": "12345"}
+    data = JSONSerializer(customer, client)(record, ctx)  # auto.register, then validated with the reference
+    assert int.from_bytes(data[1:5], "big") == 2
+    assert call(url, "GET", "/subjects/customers-value/versions/1")[1]["references"] == TO_ADDRESS_V1
+    latest = JSONSerializer(customer, client, conf={"auto.register.schemas": False, "use.latest.version": True})
+    assert latest(record, ctx) == data
+    assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == record
+    with pytest.raises(Exception, match="too long"):  # the referenced schema's maxLength holds
+        latest({**record, "zip": "123456789012"}, ctx)
