@@ -39,6 +39,7 @@ from harness import Bench
 from serve_process import Serve, klog_cmd
 
 from tests.peak_rss import run_measured
+from tests.serve_helpers import read_answer
 
 KEYS = 5000
 VALUE = b"x" * 100
@@ -196,7 +197,7 @@ def case_serve_many(env: dict, work: str, counts: list[int], path: str, rounds: 
         cpu, start = serve.cpu_s(), time.monotonic()
         for frame in frames:  # one at a time: the server's CPU per request is the measure
             sock.sendall(frame)
-            answer = _read_frame(sock)
+            answer = read_answer(sock)
             if not _all_acknowledged(answer):
                 raise SystemExit(f"klog serve refused a Produce: {answer[:200]!r}")
         return serve.cpu_s() - cpu, serve.rss_mib(), time.monotonic() - start
@@ -221,19 +222,6 @@ def case_serve_many(env: dict, work: str, counts: list[int], path: str, rounds: 
         out[p]["again"] = tuple(statistics.median(m[i] for m in again[p]) for i in range(3))
         shutil.rmtree(os.path.join(work, f"store-many-{p}"))
     return out
-
-
-def _read_frame(sock) -> bytes:  # noqa: ANN001 - a socket
-    def exactly(n: int) -> bytes:
-        got = bytearray()
-        while len(got) < n:
-            chunk = sock.recv(min(n - len(got), 1 << 20))
-            if not chunk:
-                raise SystemExit("klog serve closed the connection")
-            got += chunk
-        return bytes(got)
-
-    return exactly(int.from_bytes(exactly(4), "big"))
 
 
 def _all_acknowledged(answer: bytes) -> bool:
