@@ -18,8 +18,9 @@ optional but with wrapper.for.nullables or optional.for.nullables, oneofs union 
 
 Unlike Confluent's, a Connect default is not written into the proto3 schema (proto3 has no explicit
 defaults: protobuf's own descriptor pool refuses them). The .proto text is made with klog.protocol's
-model and canonical text; the messages with the protobuf package's classes of the registered schema
-(klog.client.protobuf_codec): one parser, one framing.
+model and canonical text; the messages with the protobuf package's classes of that schema, built here from its
+descriptor so a value is converted before its schema is registered (with use.latest.version, the latest's
+classes, fetched), by klog.client.protobuf_codec: one parser, one framing.
 """
 
 from __future__ import annotations
@@ -947,13 +948,24 @@ class _Written(NamedTuple):
     write: Setter
 
 
+class _Local(NamedTuple):
+    """A Connect schema's message class built from its own Protobuf schema, the conversion into it, and its
+    index path in that schema."""
+
+    message_class: Any
+    write: Setter
+    index_path: list[int]
+
+
 @dataclass
 class _Writer:
-    """One Connect schema's Protobuf side, and per subject its schema id and the message class written."""
+    """One Connect schema's Protobuf side: its message class built here and the conversion into it (made at its
+    first value), and per subject its schema id and the message class written."""
 
     connect: Schema
     schema: ProtoOfConnect
     ids: dict[str, _Written] = field(default_factory=dict)
+    local: _Local | None = None
 
 
 @dataclass
@@ -1008,14 +1020,24 @@ class ProtobufConverter(Converter):
             raise DataError("ProtobufConverter writes records with a schema; this one has none (a schemaless value: "
                             "use JsonConverter with schemas.enable=false)")
         writer = self._writer_of(schema)
-        schema_id, header, message_class, write = self._registered(topic, writer)
+        subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
+        written = writer.ids.get(subject)
+        if written is None and self.config["use.latest.version"]:
+            written = self._registered(subject, writer)  # the latest's message class: a lookup, nothing registered
+        # converted before the schema is registered (as Confluent's converter): a value that fails leaves no schema
+        if written is not None:
+            message_class, write = written.message_class, written.write
+        else:
+            message_class, write, _ = self._local(writer)
         message = message_class()
         write(message, value, "" if schema.get("type") == "struct" else "the value")
         try:
             body = message.SerializeToString()
         except Exception as e:  # noqa: BLE001 - protobuf's EncodeError (a required proto2 field unset, ...)
             raise DataError(f"the value does not fit its Protobuf schema: {e}") from None
-        return header + body
+        if written is None:
+            written = self._registered(subject, writer)
+        return written.header + body
 
     def _writer_of(self, schema: Schema) -> _Writer:
         hit = self._by_object.get(id(schema))
@@ -1032,8 +1054,23 @@ class ProtobufConverter(Converter):
             self._by_object[id(schema)] = (schema, writer)  # kept alive: its id is not reused meanwhile
         return writer
 
-    def _registered(self, topic: str, writer: _Writer) -> _Written:
-        subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
+    def _local(self, writer: _Writer) -> _Local:
+        """The writer's message class built from its own schema (what its registration stores) and the
+        conversion into it."""
+        if writer.local is None:
+            from klog.client.protobuf_codec import ProtobufCodecError, local_message_class
+
+            try:
+                file = proto.to_descriptor(writer.schema.file, proto.well_known(), name="klog-connect.proto",
+                                           strict=False)
+                cls = local_message_class(file, writer.schema.message)
+            except (proto.ProtoError, ProtobufCodecError) as e:
+                raise DataError(f"the Connect schema's Protobuf schema is not one Protobuf takes: {e}") from None
+            writer.local = _Local(cls, _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR),
+                                  _index_path(file, writer.schema.message))
+        return writer.local
+
+    def _registered(self, subject: str, writer: _Writer) -> _Written:
         found = writer.ids.get(subject)
         if found is None:
             with self._lock:
@@ -1054,15 +1091,17 @@ class ProtobufConverter(Converter):
             if self.config["latest.compatibility.strict"]:
                 _check_latest_reads(latest, writer.schema)
             schema_id = int(latest["id"])
-        elif self.config["auto.register.schemas"]:
-            schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+            top, message_class = _message_types(self.registry, schema_id)
+            index_path = _index_path(top, writer.schema.message)
+            cls = message_class(index_path)
+            write = _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR)
         else:
-            schema_id = int(self.registry.call("POST", path, body)["id"])
-        top, message_class = _message_types(self.registry, schema_id)
-        index_path = _index_path(top, writer.schema.message)
-        cls = message_class(index_path)
-        return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls,
-                        _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR))
+            if self.config["auto.register.schemas"]:
+                schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+            else:
+                schema_id = int(self.registry.call("POST", path, body)["id"])
+            cls, write, index_path = self._local(writer)  # the registered schema is the writer's own
+        return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls, write)
 
     # bytes -> Connect
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:

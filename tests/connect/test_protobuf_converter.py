@@ -365,6 +365,19 @@ def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_recor
         c.from_connect("t", {"type": "array", "items": {"type": "int32"}, "optional": False}, [1])
 
 
+def test_a_value_that_does_not_fit_registers_no_schema(registry_url):
+    """The value is converted before its schema is registered (as Confluent's converter): a record that fails
+    leaves no subject behind; the next good one registers and is written as before."""
+    c = converter(registry_url)
+    row = {"type": "struct", "optional": False, "name": "shop.Row", "fields": [field("id", "int32")]}
+    with pytest.raises(DataError, match="id"):
+        c.from_connect("t", row, {"id": "seven"})
+    with urllib.request.urlopen(f"{registry_url}/subjects") as answer:
+        assert json.loads(answer.read()) == []
+    assert c.from_connect("t", row, {"id": 1}) == b"\x00\x00\x00\x00\x01\x00\x08\x01"
+    assert converter(registry_url).to_connect("t", c.from_connect("t", row, {"id": 2}))[1] == {"id": 2}
+
+
 def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused():
     from klog.connect.worker import validate
 
