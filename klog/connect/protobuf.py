@@ -977,6 +977,15 @@ class _Reader:
     by_path: dict[tuple[int, ...], tuple[Any, Schema, Callable[[Any], Any]]] = field(default_factory=dict)
 
 
+_NULL_CONTEXT = "io.confluent.kafka.serializers.context.NullContextNameStrategy"
+_PREFIX_ID = "io.confluent.kafka.serializers.schema.id.PrefixSchemaIdSerializer"
+
+
+def _only(supported: Any, why: str) -> Callable[[Any], str | None]:
+    """A ConfigDef check refusing every value but the one klog supports (Confluent's default)."""
+    return lambda value: None if value == supported else f"only {str(supported).lower() or 'unset'} in klog: {why}"
+
+
 class ProtobufConverter(Converter):
     java_class = "io.confluent.connect.protobuf.ProtobufConverter"
     config_def = (ConfigDef(dict(AvroConverter.config_def.keys))
@@ -993,8 +1002,25 @@ class ProtobufConverter(Converter):
                   .define("ignore.default.for.nullables", "boolean", False)
                   # KafkaProtobufSerializerConfig's: known types are never references here (klog's registry
                   # knows them), and references are looked up, never registered
-                  .define("skip.known.types", "boolean", True)
-                  .define("reference.lookup.only", "boolean", False))
+                  .define("skip.known.types", "boolean", True,
+                          check=_only(True, "known types are never registered as references here"))
+                  .define("reference.lookup.only", "boolean", False)
+                  .define("schemas.cache.config", "int", 1000, at_least=1)  # ProtobufData's (no bytes change)
+                  # Confluent's settings that change the bytes or the registered schema, not done here: refused
+                  # by name, never ignored
+                  .define("normalize.schemas", "boolean", False, check=_only(False, "schemas are not normalized"))
+                  .define("use.schema.id", "int", -1, check=_only(-1, "records are written with their schema's id"))
+                  .define("use.schema.guid", default="", check=_only("", "schema GUIDs are not used"))
+                  .define("use.latest.with.metadata", default="", check=_only("", "schema metadata is not used"))
+                  .define("schema.format", default="", check=_only("", "the schema is registered as generated"))
+                  .define("schema.backup.enabled", "boolean", False,
+                          check=_only(False, "Confluent's schema backup envelope is not supported"))
+                  .define("context.name.strategy", default=_NULL_CONTEXT,
+                          check=_only(_NULL_CONTEXT, "subjects are in the default context"))
+                  .define("key.schema.id.serializer", default=_PREFIX_ID,
+                          check=_only(_PREFIX_ID, "the schema id is written before the message"))
+                  .define("value.schema.id.serializer", default=_PREFIX_ID,
+                          check=_only(_PREFIX_ID, "the schema id is written before the message")))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
