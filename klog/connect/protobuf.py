@@ -968,13 +968,23 @@ class _Writer:
     local: _Local | None = None
 
 
+class _PathReader(NamedTuple):
+    """What reads one message index path: its message class, its Connect schema, the reading of its values, and
+    whether it has proto2 `required` fields (in it or in messages it holds) to check."""
+
+    message_class: Any
+    schema: Schema
+    read: Callable[[Any], Any]
+    has_required: bool
+
+
 @dataclass
 class _Reader:
     schema_id: int
     message_class: Any  # index path -> the message class
     convert: _ToConnect  # the schema's messages as Connect schemas and values (what it learns kept)
     version: int | None
-    by_path: dict[tuple[int, ...], tuple[Any, Schema, Callable[[Any], Any]]] = field(default_factory=dict)
+    by_path: dict[tuple[int, ...], _PathReader] = field(default_factory=dict)
 
 
 _NULL_CONTEXT = "io.confluent.kafka.serializers.context.NullContextNameStrategy"
@@ -1139,9 +1149,12 @@ class ProtobufConverter(Converter):
 
         try:
             path, at = read_indexes(data[5:])
-            message_class, schema, read = self._reader_of_path(reader, path)
+            message_class, schema, read, has_required = self._reader_of_path(reader, path)
             message = message_class()
             message.ParseFromString(data[5 + at:])
+            if has_required and not message.IsInitialized():  # as DynamicMessage.parseFrom refuses it
+                raise DataError(f"not Protobuf of schema {schema_id}: required fields missing: "
+                                f"{', '.join(message.FindInitializationErrors())[:300]}")
         except DataError:
             raise
         except Exception as e:  # noqa: BLE001 - ProtobufCodecError, protobuf's DecodeError
@@ -1149,14 +1162,15 @@ class ProtobufConverter(Converter):
             raise DataError(f"not Protobuf of schema {schema_id}: {kind}{e}") from None
         return schema, read(message)
 
-    def _reader_of_path(self, reader: _Reader, path: list[int]) -> tuple[Any, Schema, Callable[[Any], Any]]:
-        """The message class of an index path, its Connect schema and the reading of its values."""
+    def _reader_of_path(self, reader: _Reader, path: list[int]) -> _PathReader:
         key = tuple(path)
         hit = reader.by_path.get(key)
         if hit is None:
             message_class = reader.message_class(path)
-            schema = reader.convert.root(message_class.DESCRIPTOR, reader.version)
-            hit = reader.by_path[key] = (message_class, schema, reader.convert.reader(schema, message_class.DESCRIPTOR))
+            descriptor = message_class.DESCRIPTOR
+            schema = reader.convert.root(descriptor, reader.version)
+            hit = reader.by_path[key] = _PathReader(message_class, schema, reader.convert.reader(schema, descriptor),
+                                                    _has_required(descriptor, set()))
         return hit
 
     def _reader(self, topic: str, schema_id: int) -> _Reader:
@@ -1182,6 +1196,13 @@ class ProtobufConverter(Converter):
                 pass
         return _Reader(schema_id, message_class, _ToConnect(self.options, metas),
                        version if isinstance(version, int) else None)
+
+
+def _has_required(descriptor: Any, seen: set[str]) -> bool:
+    """Whether a message or one it holds (at any depth) has a proto2 `required` field."""
+    seen.add(descriptor.full_name)
+    return any(fd.is_required or (fd.message_type is not None and fd.message_type.full_name not in seen
+                                  and _has_required(fd.message_type, seen)) for fd in descriptor.fields)
 
 
 def _message_types(registry: Any, schema_id: int) -> tuple[Any, Any]:

@@ -378,6 +378,20 @@ def test_a_value_that_does_not_fit_registers_no_schema(registry_url):
     assert converter(registry_url).to_connect("t", c.from_connect("t", row, {"id": 2}))[1] == {"id": 2}
 
 
+def test_a_proto2_record_without_its_required_fields_fails_the_record(registry_url):
+    """Confluent's deserializer parses with DynamicMessage.parseFrom, which refuses a message whose proto2
+    `required` fields are unset (read here they were their defaults)."""
+    text = 'syntax = "proto2";\npackage p2;\nmessage M {\n  required string b = 1;\n  optional int32 a = 2;\n}\n'
+    request = urllib.request.Request(f"{registry_url}/subjects/p2-value/versions", json.dumps(
+        {"schemaType": "PROTOBUF", "schema": text}).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        header = b"\x00" + json.loads(answer.read())["id"].to_bytes(4, "big") + b"\x00"
+    c = converter(registry_url)
+    assert c.to_connect("p2", header + b"\x0a\x02hi")[1] == {"b": "hi", "a": None}
+    with pytest.raises(DataError, match="required fields missing: b"):
+        c.to_connect("p2", header + b"\x10\x05")
+
+
 def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused():
     from klog.connect.worker import validate
 
