@@ -235,7 +235,7 @@ class _ToProto:
             return None
         if schema.get("type") == "struct":
             defined = self.children.setdefault(id(parent), set())
-            if kind != parent.name and kind not in defined:
+            if kind not in defined:
                 defined.add(kind)
                 parent.nested.append(self._message(kind, schema))
         elif schema.get("type") == "map":
@@ -343,8 +343,9 @@ class _ToMessage:
     """ProtobufData.fromConnectData: a Connect value into a message of the registered schema's class, as a
     function compiled once per Connect schema and message class (the schema is not walked per record)."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, latest: bool = False) -> None:
         self.options = options
+        self.latest = latest  # into use.latest.version's schema, not the value's own: it may lack a field
 
     def root(self, schema: Schema, descriptor: Any) -> Setter:
         if schema.get("type") == "struct":
@@ -380,8 +381,10 @@ class _ToMessage:
 
     def _named_field(self, descriptor: Any, f: Schema) -> Setter:
         fd = descriptor.fields_by_name.get(self.options.name(f["field"]))
-        if fd is None:  # only in use.latest.version's schema, which lacks it: Confluent writes it as a field the
-            return _skip  # latest's readers do not know and skip; not written here, they read the same
+        if fd is None and self.latest:  # Confluent writes it as a field the latest's readers do not know and
+            return _skip  # skip; not written here, they read the same
+        if fd is None:  # (two structs of one name in a message: Confluent defines the first only)
+            return _refuse(f"Cannot find field with name {f['field']} in {descriptor.full_name}")
         return self._field(fd, f)
 
     def _union(self, schema: Schema, descriptor: Any) -> Setter:
@@ -1130,7 +1133,7 @@ class ProtobufConverter(Converter):
             top, message_class = _message_types(self.registry, schema_id)
             index_path = _index_path(top, writer.schema.message)
             cls = message_class(index_path)
-            write = _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR)
+            write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
         else:
             if self.config["auto.register.schemas"]:
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])

@@ -330,6 +330,29 @@ def test_scrub_invalid_names_and_unnamed_structs():
     assert unnamed.message == "ConnectDefault1"
 
 
+def test_a_struct_named_as_its_message_is_nested_in_it_and_fields_are_never_dropped(registry_url):
+    """As ProtobufData: a nested struct whose unqualified name is its parent's is defined inside it (its field's
+    type resolves to the nested message, not to the parent); a struct field the message lacks (two structs of one
+    name in a message: Confluent defines the first) fails the record ("Cannot find field"), never dropped."""
+    from klog.connect.protobuf import proto_schema
+
+    inner = {"type": "struct", "optional": True, "name": "b.Value", "fields": [field("y", "string")]}
+    outer = {"type": "struct", "optional": False, "name": "a.Value", "fields": [field("id", "int32"),
+                                                                                {**inner, "field": "x"}]}
+    assert "  Value x = 2;\n\n  message Value {\n    string y = 1;\n  }\n" in proto_schema(outer).text
+    c = converter(registry_url)
+    data = c.from_connect("t", outer, {"id": 1, "x": {"y": "hello"}})
+    assert c.to_connect("t", data)[1] == {"id": 1, "x": {"y": "hello"}}
+    got = protobuf.ProtobufDeserializer(_registered_class(registry_url, 1, "a.Value"),
+                                        {"use.deprecated.format": False})(data, ctx("t"))
+    assert (got.id, got.x.y) == (1, "hello")
+    rows = {"type": "struct", "optional": False, "name": "a.Top", "fields": [
+        {"type": "struct", "optional": True, "name": "x.Row", "fields": [field("p", "string")], "field": "a"},
+        {"type": "struct", "optional": True, "name": "y.Row", "fields": [field("q", "string")], "field": "b"}]}
+    with pytest.raises(DataError, match="b.q: Cannot find field with name q"):
+        c.from_connect("u", rows, {"a": None, "b": {"q": "2"}})
+
+
 def test_record_name_strategy_lookup_only_and_latest(registry_url):
     row = {"type": "struct", "optional": False, "name": "shop.Row", "fields": [field("id", "int32")]}
     by_record = converter(registry_url, **{"value.subject.name.strategy": "RecordNameStrategy"})
