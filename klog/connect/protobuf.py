@@ -70,6 +70,7 @@ MAP_ENTRY = "Entry"
 DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
+TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 IMPORTS = {DECIMAL_TYPE: "confluent/type/decimal.proto", DATE_TYPE: "google/type/date.proto",
            TIME_TYPE: "google/type/timeofday.proto", TIMESTAMP_TYPE: "google/protobuf/timestamp.proto"}
@@ -595,9 +596,17 @@ def _logical_into(target: Any, name: str, value: Any, where: str) -> None:
             target.nanos = ms * 1_000_000
         else:
             seconds, ms = divmod(int(value), 1000)
-            target.seconds, target.nanos = seconds, ms * 1_000_000
+            target.seconds, target.nanos = _valid_timestamp(seconds, ms * 1_000_000)
     except (TypeError, ValueError, OverflowError, AttributeError, decimal.InvalidOperation) as e:
         raise DataError(f"{where}: Invalid value for {name}: {e}") from None
+
+
+def _valid_timestamp(seconds: int, nanos: int) -> tuple[int, int]:
+    """Timestamps.checkValid, which Confluent's fromMillis and toMillis apply: years 1 to 9999 (a Java consumer
+    fails a record beyond them)."""
+    if not TIMESTAMP_SECONDS[0] <= seconds <= TIMESTAMP_SECONDS[1] or not 0 <= nanos < 1_000_000_000:
+        raise ValueError(f"Timestamp is not valid (seconds {seconds}, nanos {nanos}): years 1 to 9999 only")
+    return seconds, nanos
 
 
 def _decimal_into(target: Any, value: Any) -> None:
@@ -923,7 +932,8 @@ def _logical_value(name: str, message: Any) -> Any:
         if name == TIME:
             t = dt.time(message.hours, message.minutes, message.seconds, message.nanos // 1000)
             return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + message.nanos // 1_000_000
-        return message.seconds * 1000 + message.nanos // 1_000_000
+        seconds, nanos = _valid_timestamp(message.seconds, message.nanos)
+        return seconds * 1000 + nanos // 1_000_000
     except (ValueError, decimal.InvalidOperation) as e:
         raise DataError(f"an invalid {name}: {e}") from None
 

@@ -415,6 +415,26 @@ def test_a_proto2_record_without_its_required_fields_fails_the_record(registry_u
         c.to_connect("p2", header + b"\x10\x05")
 
 
+def test_a_timestamp_past_year_9999_fails_the_record(registry_url):
+    """Timestamps.fromMillis and toMillis (Timestamps.checkValid) fail a Timestamp outside years 1 to 9999: a
+    Java consumer could not read one written, and one read is no Connect value Confluent gives."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    c = converter(registry_url)
+    row = {"type": "struct", "optional": False, "name": "shop.Row",
+           "fields": [field("at", "int64", True, name=TIMESTAMP, version=1)]}
+    last = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+    assert c.to_connect("t", c.from_connect("t", row, {"at": last}))[1] == {"at": last}
+    with pytest.raises(DataError, match="at: .*Timestamp is not valid"):
+        c.from_connect("t", row, {"at": last + 1})
+    order_class, _ = _shop_classes()
+    order = order_class()
+    order.placed_at.seconds = 253_402_300_800
+    data = protobuf.ProtobufSerializer(order_class, SchemaRegistryClient({"url": registry_url}))(order, ctx("orders"))
+    with pytest.raises(DataError, match="Timestamp is not valid"):
+        c.to_connect("orders", data)
+
+
 def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused():
     from klog.connect.worker import validate
 
