@@ -70,6 +70,7 @@ MAP_ENTRY = "Entry"
 DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
+CONNECT_FIELDS_MAX = 50_000  # fields of a read schema's Connect schema, nested ones counted (Debezium's widest: ~10k)
 TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 IMPORTS = {DECIMAL_TYPE: "confluent/type/decimal.proto", DATE_TYPE: "google/type/date.proto",
@@ -651,6 +652,7 @@ class _ToConnect:
         self.options = options
         self.metas = metas
         self.open: set[str] = set()
+        self.fields_made = 0  # by the root() being made
         # a message's full name -> its _optional_names (asked for its schema and for its reader)
         self._optional: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -661,6 +663,8 @@ class _ToConnect:
         return names
 
     def root(self, descriptor: Any, version: int | None) -> Schema:
+        self.fields_made = 0
+        self.open.clear()  # (what a failed root() left open)
         unwrapped = UNWRAPPED.get(descriptor.full_name) if self.options.wrapper_for_raw_primitives else None
         out = {"type": unwrapped, "optional": False} if unwrapped else self.struct(descriptor)
         if version is not None:
@@ -701,6 +705,11 @@ class _ToConnect:
         return _ordered(out)
 
     def field(self, fd: Any, oneof_member: bool, optional_keyword: bool = False) -> Schema:
+        # a message held by two fields is two subtrees: a schema doubling at each level is exponential
+        self.fields_made += 1
+        if self.fields_made > CONNECT_FIELDS_MAX:
+            raise DataError(f"a Connect schema of more than {CONNECT_FIELDS_MAX} fields in all (nested ones "
+                            f"counted; {fd.containing_type.full_name}'s among them)")
         out = self._type_of(fd)
         if fd.is_repeated and out["type"] != "map":
             out = {"type": "array", "items": _ordered({**out, "optional": True}), "optional": True}
@@ -997,7 +1006,8 @@ class _Reader:
     message_class: Any  # index path -> the message class
     convert: _ToConnect  # the schema's messages as Connect schemas and values (what it learns kept)
     version: int | None
-    by_path: dict[tuple[int, ...], _PathReader] = field(default_factory=dict)
+    # index path -> its reader, or why its message has none (not found again per record)
+    by_path: dict[tuple[int, ...], _PathReader | str] = field(default_factory=dict)
 
 
 _NULL_CONTEXT = "io.confluent.kafka.serializers.context.NullContextNameStrategy"
@@ -1179,11 +1189,17 @@ class ProtobufConverter(Converter):
         key = tuple(path)
         hit = reader.by_path.get(key)
         if hit is None:
-            message_class = reader.message_class(path)
+            message_class = reader.message_class(path)  # (a path naming no message is not kept: any number are)
             descriptor = message_class.DESCRIPTOR
-            schema = reader.convert.root(descriptor, reader.version)
-            hit = reader.by_path[key] = _PathReader(message_class, schema, reader.convert.reader(schema, descriptor),
-                                                    _has_required(descriptor, set()))
+            try:
+                schema = reader.convert.root(descriptor, reader.version)
+                hit = _PathReader(message_class, schema, reader.convert.reader(schema, descriptor),
+                                  _has_required(descriptor, set()))
+            except DataError as e:
+                hit = str(e)
+            reader.by_path[key] = hit
+        if isinstance(hit, str):
+            raise DataError(hit)
         return hit
 
     def _reader(self, topic: str, schema_id: int) -> _Reader:

@@ -435,6 +435,28 @@ def test_a_timestamp_past_year_9999_fails_the_record(registry_url):
         c.to_connect("orders", data)
 
 
+@pytest.mark.slow
+def test_a_schema_whose_connect_schema_explodes_fails_its_records_in_bounded_time(registry_url):
+    """A message held by two fields is two Connect subtrees: 20 levels of that are a million fields (hours of CPU
+    and gigabytes per record). Past 50,000 fields the record fails, and the message's failure is kept (not made
+    again per record); another message of the schema is still read."""
+    levels = 20
+    text = 'syntax = "proto3";\n' + "".join(f"message M{i} {{ M{i + 1} a = 1; M{i + 1} b = 2; }}\n"
+                                            for i in range(levels)) + \
+        f"message M{levels} {{ int32 v = 1; }}\nmessage Small {{ M{levels - 1} m = 1; }}\n"
+    request = urllib.request.Request(f"{registry_url}/subjects/fan-value/versions", json.dumps(
+        {"schemaType": "PROTOBUF", "schema": text}).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        header = b"\x00" + json.loads(answer.read())["id"].to_bytes(4, "big")
+    c = converter(registry_url)
+    for _ in range(2):
+        with pytest.raises(DataError, match="more than 50000 fields"):
+            c.to_connect("fan", header + b"\x00")
+    assert isinstance(next(iter(c._readers.values())).by_path[(0,)], str)  # kept: not made again
+    small = header + b"\x02" + bytes([2 * (levels + 1)]) + b"\x0a\x06\x0a\x02\x08\x07\x12\x00"  # index [21]
+    assert c.to_connect("fan", small)[1] == {"m": {"a": {"v": 7}, "b": {"v": 0}}}
+
+
 def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused():
     from klog.connect.worker import validate
 
