@@ -16,8 +16,9 @@ wrapper message. The other way reads any Protobuf schema as ProtobufData.toConne
 optional but with wrapper.for.nullables or optional.for.nullables, oneofs union structs named
 <oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter).
 
-Unlike Confluent's, a Connect default is not written into the proto3 schema (proto3 has no explicit
-defaults: protobuf's own descriptor pool refuses them). The .proto text is made with klog.protocol's
+A Connect default is not written into the proto3 schema: Confluent's ProtobufData sets it on its descriptor,
+but its ProtobufSchema prints defaults for proto2 only, so the registered text has none either (and protobuf's
+own descriptor pool refuses explicit proto3 defaults). The .proto text is made with klog.protocol's
 model and canonical text; the messages with the protobuf package's classes of that schema, built here from its
 descriptor so a value is converted before its schema is registered (with use.latest.version, the latest's
 classes, fetched), by klog.client.protobuf_codec: one parser, one framing.
