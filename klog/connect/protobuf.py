@@ -171,7 +171,10 @@ def proto_schema(schema: Schema, options: Options = Options()) -> ProtoOfConnect
         return ProtoOfConnect(wrappers, proto.canonical_text(wrappers), "google.protobuf." + WRAPPER_OF[kind])
     if kind != "struct":
         raise DataError(f"Unsupported root schema of type {kind}")
-    return _ToProto(options).file(schema)
+    try:
+        return _ToProto(options).file(schema)
+    except (ValueError, TypeError, KeyError) as e:  # a Tag or enum number that is no integer, a malformed schema
+        raise DataError(f"Invalid protobuf schema definition: {type(e).__name__}: {e}") from None
 
 
 class _ToProto:

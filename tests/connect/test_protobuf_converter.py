@@ -386,6 +386,9 @@ def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_recor
         c.to_connect("t", avro.from_connect("avro-topic", {"type": "string", "optional": False}, "x"))
     with pytest.raises(DataError, match="Unsupported root schema of type array"):
         c.from_connect("t", {"type": "array", "items": {"type": "int32"}, "optional": False}, [1])
+    bad_tag = {**row, "fields": [field("id", "int32", parameters={TAG: "one"})]}
+    with pytest.raises(DataError, match="Invalid protobuf schema definition: ValueError"):
+        c.from_connect("t", bad_tag, {"id": 1})
 
 
 def test_a_value_that_does_not_fit_registers_no_schema(registry_url):
