@@ -486,7 +486,8 @@ def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused
 
 
 def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
-    """DecimalUtils.toBigDecimal: the unscaled value at its scale, in a MathContext of its precision."""
+    """DecimalUtils.toBigDecimal: the unscaled value at its scale, in a MathContext of its precision; an unscaled
+    value past 64 KiB fails the record."""
     from confluent_kafka.schema_registry.confluent.type import decimal_pb2
 
     from klog.connect.protobuf import _logical_value
@@ -494,6 +495,8 @@ def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
     message = decimal_pb2.Decimal(value=(12345).to_bytes(2, "big"), scale=2, precision=3)
     assert _logical_value(DECIMAL, message) == decimal.Decimal("123")
     assert _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\xff\x85", scale=1)) == decimal.Decimal("-12.3")
+    with pytest.raises(DataError, match="65537 bytes"):  # a hostile one: quadratic to read (400 KiB: 17 s)
+        _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\x01" * 65_537))
 
 
 @pytest.mark.slow
