@@ -1054,6 +1054,8 @@ class ProtobufConverter(Converter):
                   .define("use.schema.id", "int", -1, check=_only(-1, "records are written with their schema's id"))
                   .define("use.schema.guid", default="", check=_only("", "schema GUIDs are not used"))
                   .define("use.latest.with.metadata", default="", check=_only("", "schema metadata is not used"))
+                  .define("latest.cache.ttl.sec", "long", -1,
+                          check=_only(-1, "the latest version is kept for the converter's life"))
                   .define("schema.format", default="", check=_only("", "the schema is registered as generated"))
                   .define("schema.backup.enabled", "boolean", False,
                           check=_only(False, "Confluent's schema backup envelope is not supported"))

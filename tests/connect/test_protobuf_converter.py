@@ -478,7 +478,7 @@ def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused
     header_ids = "io.confluent.kafka.serializers.schema.id.HeaderSchemaIdSerializer"
     for key, raw in (("normalize.schemas", "true"), ("use.schema.id", "3"), ("schema.backup.enabled", "true"),
                      ("skip.known.types", "false"), ("use.latest.with.metadata", "app=1"),
-                     ("value.schema.id.serializer", header_ids)):
+                     ("latest.cache.ttl.sec", "60"), ("value.schema.id.serializer", header_ids)):
         with pytest.raises(ConfigError, match=f"value.converter.{key}"):
             validate({**config, f"value.converter.{key}": raw})
     assert validate({**config, "value.converter.use.schema.id": "-1", "value.converter.skip.known.types": "true",
