@@ -1077,6 +1077,8 @@ class ProtobufConverter(Converter):
         self.strategy = self.config["key.subject.name.strategy" if is_key else "value.subject.name.strategy"]
         self.cache_size = self.config["schemas.cache.size"]
         self.options = _options(self.config)
+        # as Confluent's serializer: auto.register.schemas comes first, use.latest.version applies without it
+        self._latest = self.config["use.latest.version"] and not self.config["auto.register.schemas"]
         self._lock = threading.Lock()
         self._by_object: dict[int, tuple[Schema, _Writer]] = {}
         self._by_text: OrderedDict[str, _Writer] = OrderedDict()
@@ -1092,7 +1094,7 @@ class ProtobufConverter(Converter):
         writer = self._writer_of(schema)
         subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
         written = writer.ids.get(subject)
-        if written is None and self.config["use.latest.version"]:
+        if written is None and self._latest:
             written = self._registered(subject, writer)  # the latest's message class: a lookup, nothing registered
         # converted before the schema is registered (as Confluent's converter): a value that fails leaves no schema
         if written is not None:
@@ -1156,7 +1158,7 @@ class ProtobufConverter(Converter):
 
         path = f"/subjects/{quote(subject, safe='')}"
         body = {"schemaType": "PROTOBUF", "schema": writer.schema.text}
-        if self.config["use.latest.version"]:
+        if self._latest:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
                 _check_latest_reads(latest, writer.schema)

@@ -367,6 +367,14 @@ def test_record_name_strategy_lookup_only_and_latest(registry_url):
     assert latest.to_connect("x", latest.from_connect("x", row, {"id": 2}))[1] == {"id": 2}
     wider = {**row, "fields": [*row["fields"], field("extra", "string", True)]}  # a field the latest lacks
     assert latest.to_connect("x", latest.from_connect("x", wider, {"id": 3, "extra": "e"}))[1] == {"id": 3}
+    # auto.register.schemas (the default) comes first, as in Confluent's serializer: the record's own schema is
+    # registered and written, use.latest.version notwithstanding
+    registering = converter(registry_url, **{"use.latest.version": "true",
+                                             "value.subject.name.strategy": "RecordNameStrategy"})
+    data = registering.from_connect("x", wider, {"id": 4, "extra": "f"})
+    assert registering.to_connect("x", data)[1] == {"id": 4, "extra": "f"}
+    with urllib.request.urlopen(f"{registry_url}/subjects/shop.Row/versions") as answer:
+        assert json.loads(answer.read()) == [1, 2]
 
 
 def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_record(registry_url):
