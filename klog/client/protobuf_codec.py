@@ -38,17 +38,13 @@ def _modules() -> tuple[Any, Any, Any, Any]:
 
 def message_types(registry: Any, schema_id: int) -> tuple[Any, Callable[[list[int]], Any]]:
     """The schema's FileDescriptorProto and a function from a message index path to its message class."""
-    descriptor_pb2, descriptor_pool, _, message_factory = _modules()
+    descriptor_pb2, _, _, message_factory = _modules()
     found = registry.call("GET", f"/schemas/ids/{schema_id}?format=serialized")
     if (found.get("schemaType") or "AVRO") != "PROTOBUF":
         raise ProtobufCodecError(f"schema {schema_id} is {found.get('schemaType') or 'AVRO'}, not PROTOBUF")
-    pool = descriptor_pool.DescriptorPool()
     files: dict[str, Any] = {}
-    for name, fd in _with_dependencies(registry, f"schema-{schema_id}.proto", found, descriptor_pb2, files):
-        try:
-            pool.AddSerializedFile(fd.SerializeToString())
-        except Exception as e:  # noqa: BLE001 - protobuf's TypeError / DescriptorError: a file it refuses
-            raise ProtobufCodecError(f"schema {schema_id}: {name} is not a descriptor Protobuf takes: {e}") from None
+    pool = _pool(_with_dependencies(registry, f"schema-{schema_id}.proto", found, descriptor_pb2, files),
+                 f"schema {schema_id}")
     top = files[f"schema-{schema_id}.proto"]
     package = f"{top.package}." if top.package else ""
     classes: dict[tuple[int, ...], Any] = {}
@@ -67,6 +63,31 @@ def message_types(registry: Any, schema_id: int) -> tuple[Any, Callable[[list[in
         return made
 
     return top, message_class
+
+
+def local_message_class(fd: Any, full_name: str) -> Any:
+    """The class of message `full_name` of a FileDescriptorProto made here, not fetched (a schema before it is
+    registered), its imports the well-known files."""
+    descriptor_pb2, _, _, message_factory = _modules()
+    files: dict[str, Any] = {fd.name: fd}
+    ordered: list[tuple[str, Any]] = []
+    for dep in fd.dependency:
+        if dep not in files:
+            ordered += _well_known(dep, fd.name, descriptor_pb2, files)
+    pool = _pool([*ordered, (fd.name, fd)], fd.name)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+
+
+def _pool(files: list[tuple[str, Any]], what: str) -> Any:
+    """A descriptor pool of (import name, FileDescriptorProto)s, each after what it imports."""
+    _, descriptor_pool, _, _ = _modules()
+    pool = descriptor_pool.DescriptorPool()
+    for name, fd in files:
+        try:
+            pool.AddSerializedFile(fd.SerializeToString())
+        except Exception as e:  # noqa: BLE001 - protobuf's TypeError / DescriptorError: a file it refuses
+            raise ProtobufCodecError(f"{what}: {name} is not a descriptor Protobuf takes: {e}") from None
+    return pool
 
 
 def _with_dependencies(registry: Any, name: str, answer: dict, descriptor_pb2: Any,

@@ -16,10 +16,12 @@ wrapper message. The other way reads any Protobuf schema as ProtobufData.toConne
 optional but with wrapper.for.nullables or optional.for.nullables, oneofs union structs named
 <oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter).
 
-Unlike Confluent's, a Connect default is not written into the proto3 schema (proto3 has no explicit
-defaults: protobuf's own descriptor pool refuses them). The .proto text is made with klog.protocol's
-model and canonical text; the messages with the protobuf package's classes of the registered schema
-(klog.client.protobuf_codec): one parser, one framing.
+A Connect default is not written into the proto3 schema: Confluent's ProtobufData sets it on its descriptor,
+but its ProtobufSchema prints defaults for proto2 only, so the registered text has none either (and protobuf's
+own descriptor pool refuses explicit proto3 defaults). The .proto text is made with klog.protocol's
+model and canonical text; the messages with the protobuf package's classes of that schema, built here from its
+descriptor so a value is converted before its schema is registered (with use.latest.version, the latest's
+classes, fetched), by klog.client.protobuf_codec: one parser, one framing.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ MAP_ENTRY = "Entry"
 DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
+CONNECT_FIELDS_MAX = 50_000  # fields of a read schema's Connect schema, nested ones counted (Debezium's widest: ~10k)
+# a read Decimal's unscaled bytes: PostgreSQL's widest numeric (147,455 digits) takes 61 KiB; Python makes a
+# Decimal of an int in quadratic time (400 KiB: 17 s a record)
+DECIMAL_BYTES_MAX = 65_536
+TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 IMPORTS = {DECIMAL_TYPE: "confluent/type/decimal.proto", DATE_TYPE: "google/type/date.proto",
            TIME_TYPE: "google/type/timeofday.proto", TIMESTAMP_TYPE: "google/protobuf/timestamp.proto"}
@@ -167,7 +174,10 @@ def proto_schema(schema: Schema, options: Options = Options()) -> ProtoOfConnect
         return ProtoOfConnect(wrappers, proto.canonical_text(wrappers), "google.protobuf." + WRAPPER_OF[kind])
     if kind != "struct":
         raise DataError(f"Unsupported root schema of type {kind}")
-    return _ToProto(options).file(schema)
+    try:
+        return _ToProto(options).file(schema)
+    except (ValueError, TypeError, KeyError) as e:  # a Tag or enum number that is no integer, a malformed schema
+        raise DataError(f"Invalid protobuf schema definition: {type(e).__name__}: {e}") from None
 
 
 class _ToProto:
@@ -234,7 +244,7 @@ class _ToProto:
             return None
         if schema.get("type") == "struct":
             defined = self.children.setdefault(id(parent), set())
-            if kind != parent.name and kind not in defined:
+            if kind not in defined:
                 defined.add(kind)
                 parent.nested.append(self._message(kind, schema))
         elif schema.get("type") == "map":
@@ -342,8 +352,9 @@ class _ToMessage:
     """ProtobufData.fromConnectData: a Connect value into a message of the registered schema's class, as a
     function compiled once per Connect schema and message class (the schema is not walked per record)."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, latest: bool = False) -> None:
         self.options = options
+        self.latest = latest  # into use.latest.version's schema, not the value's own: it may lack a field
 
     def root(self, schema: Schema, descriptor: Any) -> Setter:
         if schema.get("type") == "struct":
@@ -379,8 +390,10 @@ class _ToMessage:
 
     def _named_field(self, descriptor: Any, f: Schema) -> Setter:
         fd = descriptor.fields_by_name.get(self.options.name(f["field"]))
-        if fd is None:  # only in use.latest.version's schema, which lacks it: Confluent writes it as a field the
-            return _skip  # latest's readers do not know and skip; not written here, they read the same
+        if fd is None and self.latest:  # Confluent writes it as a field the latest's readers do not know and
+            return _skip  # skip; not written here, they read the same
+        if fd is None:  # (two structs of one name in a message: Confluent defines the first only)
+            return _refuse(f"Cannot find field with name {f['field']} in {descriptor.full_name}")
         return self._field(fd, f)
 
     def _union(self, schema: Schema, descriptor: Any) -> Setter:
@@ -591,9 +604,17 @@ def _logical_into(target: Any, name: str, value: Any, where: str) -> None:
             target.nanos = ms * 1_000_000
         else:
             seconds, ms = divmod(int(value), 1000)
-            target.seconds, target.nanos = seconds, ms * 1_000_000
+            target.seconds, target.nanos = _valid_timestamp(seconds, ms * 1_000_000)
     except (TypeError, ValueError, OverflowError, AttributeError, decimal.InvalidOperation) as e:
         raise DataError(f"{where}: Invalid value for {name}: {e}") from None
+
+
+def _valid_timestamp(seconds: int, nanos: int) -> tuple[int, int]:
+    """Timestamps.checkValid, which Confluent's fromMillis and toMillis apply: years 1 to 9999 (a Java consumer
+    fails a record beyond them)."""
+    if not TIMESTAMP_SECONDS[0] <= seconds <= TIMESTAMP_SECONDS[1] or not 0 <= nanos < 1_000_000_000:
+        raise ValueError(f"Timestamp is not valid (seconds {seconds}, nanos {nanos}): years 1 to 9999 only")
+    return seconds, nanos
 
 
 def _decimal_into(target: Any, value: Any) -> None:
@@ -638,6 +659,7 @@ class _ToConnect:
         self.options = options
         self.metas = metas
         self.open: set[str] = set()
+        self.fields_made = 0  # by the root() being made
         # a message's full name -> its _optional_names (asked for its schema and for its reader)
         self._optional: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -648,6 +670,8 @@ class _ToConnect:
         return names
 
     def root(self, descriptor: Any, version: int | None) -> Schema:
+        self.fields_made = 0
+        self.open.clear()  # (what a failed root() left open)
         unwrapped = UNWRAPPED.get(descriptor.full_name) if self.options.wrapper_for_raw_primitives else None
         out = {"type": unwrapped, "optional": False} if unwrapped else self.struct(descriptor)
         if version is not None:
@@ -688,6 +712,11 @@ class _ToConnect:
         return _ordered(out)
 
     def field(self, fd: Any, oneof_member: bool, optional_keyword: bool = False) -> Schema:
+        # a message held by two fields is two subtrees: a schema doubling at each level is exponential
+        self.fields_made += 1
+        if self.fields_made > CONNECT_FIELDS_MAX:
+            raise DataError(f"a Connect schema of more than {CONNECT_FIELDS_MAX} fields in all (nested ones "
+                            f"counted; {fd.containing_type.full_name}'s among them)")
         out = self._type_of(fd)
         if fd.is_repeated and out["type"] != "map":
             out = {"type": "array", "items": _ordered({**out, "optional": True}), "optional": True}
@@ -911,6 +940,8 @@ def _is_map_entry(fd: Any) -> bool:
 def _logical_value(name: str, message: Any) -> Any:
     try:
         if name == DECIMAL:  # DecimalUtils.toBigDecimal: rounded to the precision the message gives
+            if len(message.value) > DECIMAL_BYTES_MAX:
+                raise ValueError(f"an unscaled value of {len(message.value)} bytes (at most {DECIMAL_BYTES_MAX})")
             value = decimal_from_bytes(message.value or b"\x00", message.scale)
             return value if not message.precision else \
                 decimal.Context(prec=message.precision, rounding=decimal.ROUND_HALF_UP).plus(value)
@@ -919,7 +950,8 @@ def _logical_value(name: str, message: Any) -> Any:
         if name == TIME:
             t = dt.time(message.hours, message.minutes, message.seconds, message.nanos // 1000)
             return ((t.hour * 60 + t.minute) * 60 + t.second) * 1000 + message.nanos // 1_000_000
-        return message.seconds * 1000 + message.nanos // 1_000_000
+        seconds, nanos = _valid_timestamp(message.seconds, message.nanos)
+        return seconds * 1000 + nanos // 1_000_000
     except (ValueError, decimal.InvalidOperation) as e:
         raise DataError(f"an invalid {name}: {e}") from None
 
@@ -947,13 +979,34 @@ class _Written(NamedTuple):
     write: Setter
 
 
+class _Local(NamedTuple):
+    """A Connect schema's message class built from its own Protobuf schema, the conversion into it, and its
+    index path in that schema."""
+
+    message_class: Any
+    write: Setter
+    index_path: list[int]
+
+
 @dataclass
 class _Writer:
-    """One Connect schema's Protobuf side, and per subject its schema id and the message class written."""
+    """One Connect schema's Protobuf side: its message class built here and the conversion into it (made at its
+    first value), and per subject its schema id and the message class written."""
 
     connect: Schema
     schema: ProtoOfConnect
     ids: dict[str, _Written] = field(default_factory=dict)
+    local: _Local | None = None
+
+
+class _PathReader(NamedTuple):
+    """What reads one message index path: its message class, its Connect schema, the reading of its values, and
+    whether it has proto2 `required` fields (in it or in messages it holds) to check."""
+
+    message_class: Any
+    schema: Schema
+    read: Callable[[Any], Any]
+    has_required: bool
 
 
 @dataclass
@@ -962,7 +1015,17 @@ class _Reader:
     message_class: Any  # index path -> the message class
     convert: _ToConnect  # the schema's messages as Connect schemas and values (what it learns kept)
     version: int | None
-    by_path: dict[tuple[int, ...], tuple[Any, Schema, Callable[[Any], Any]]] = field(default_factory=dict)
+    # index path -> its reader, or why its message has none (not found again per record)
+    by_path: dict[tuple[int, ...], _PathReader | str] = field(default_factory=dict)
+
+
+_NULL_CONTEXT = "io.confluent.kafka.serializers.context.NullContextNameStrategy"
+_PREFIX_ID = "io.confluent.kafka.serializers.schema.id.PrefixSchemaIdSerializer"
+
+
+def _only(supported: Any, why: str) -> Callable[[Any], str | None]:
+    """A ConfigDef check refusing every value but the one klog supports (Confluent's default)."""
+    return lambda value: None if value == supported else f"only {str(supported).lower() or 'unset'} in klog: {why}"
 
 
 class ProtobufConverter(Converter):
@@ -981,8 +1044,27 @@ class ProtobufConverter(Converter):
                   .define("ignore.default.for.nullables", "boolean", False)
                   # KafkaProtobufSerializerConfig's: known types are never references here (klog's registry
                   # knows them), and references are looked up, never registered
-                  .define("skip.known.types", "boolean", True)
-                  .define("reference.lookup.only", "boolean", False))
+                  .define("skip.known.types", "boolean", True,
+                          check=_only(True, "known types are never registered as references here"))
+                  .define("reference.lookup.only", "boolean", False)
+                  .define("schemas.cache.config", "int", 1000, at_least=1)  # ProtobufData's (no bytes change)
+                  # Confluent's settings that change the bytes or the registered schema, not done here: refused
+                  # by name, never ignored
+                  .define("normalize.schemas", "boolean", False, check=_only(False, "schemas are not normalized"))
+                  .define("use.schema.id", "int", -1, check=_only(-1, "records are written with their schema's id"))
+                  .define("use.schema.guid", default="", check=_only("", "schema GUIDs are not used"))
+                  .define("use.latest.with.metadata", default="", check=_only("", "schema metadata is not used"))
+                  .define("latest.cache.ttl.sec", "long", -1,
+                          check=_only(-1, "the latest version is kept for the converter's life"))
+                  .define("schema.format", default="", check=_only("", "the schema is registered as generated"))
+                  .define("schema.backup.enabled", "boolean", False,
+                          check=_only(False, "Confluent's schema backup envelope is not supported"))
+                  .define("context.name.strategy", default=_NULL_CONTEXT,
+                          check=_only(_NULL_CONTEXT, "subjects are in the default context"))
+                  .define("key.schema.id.serializer", default=_PREFIX_ID,
+                          check=_only(_PREFIX_ID, "the schema id is written before the message"))
+                  .define("value.schema.id.serializer", default=_PREFIX_ID,
+                          check=_only(_PREFIX_ID, "the schema id is written before the message")))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
@@ -995,6 +1077,8 @@ class ProtobufConverter(Converter):
         self.strategy = self.config["key.subject.name.strategy" if is_key else "value.subject.name.strategy"]
         self.cache_size = self.config["schemas.cache.size"]
         self.options = _options(self.config)
+        # as Confluent's serializer: auto.register.schemas comes first, use.latest.version applies without it
+        self._latest = self.config["use.latest.version"] and not self.config["auto.register.schemas"]
         self._lock = threading.Lock()
         self._by_object: dict[int, tuple[Schema, _Writer]] = {}
         self._by_text: OrderedDict[str, _Writer] = OrderedDict()
@@ -1008,14 +1092,24 @@ class ProtobufConverter(Converter):
             raise DataError("ProtobufConverter writes records with a schema; this one has none (a schemaless value: "
                             "use JsonConverter with schemas.enable=false)")
         writer = self._writer_of(schema)
-        schema_id, header, message_class, write = self._registered(topic, writer)
+        subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
+        written = writer.ids.get(subject)
+        if written is None and self._latest:
+            written = self._registered(subject, writer)  # the latest's message class: a lookup, nothing registered
+        # converted before the schema is registered (as Confluent's converter): a value that fails leaves no schema
+        if written is not None:
+            message_class, write = written.message_class, written.write
+        else:
+            message_class, write, _ = self._local(writer)
         message = message_class()
         write(message, value, "" if schema.get("type") == "struct" else "the value")
         try:
             body = message.SerializeToString()
         except Exception as e:  # noqa: BLE001 - protobuf's EncodeError (a required proto2 field unset, ...)
             raise DataError(f"the value does not fit its Protobuf schema: {e}") from None
-        return header + body
+        if written is None:
+            written = self._registered(subject, writer)
+        return written.header + body
 
     def _writer_of(self, schema: Schema) -> _Writer:
         hit = self._by_object.get(id(schema))
@@ -1032,8 +1126,23 @@ class ProtobufConverter(Converter):
             self._by_object[id(schema)] = (schema, writer)  # kept alive: its id is not reused meanwhile
         return writer
 
-    def _registered(self, topic: str, writer: _Writer) -> _Written:
-        subject = subject_name(self.strategy, topic, self.is_key, {"type": "record", "name": writer.schema.message})
+    def _local(self, writer: _Writer) -> _Local:
+        """The writer's message class built from its own schema (what its registration stores) and the
+        conversion into it."""
+        if writer.local is None:
+            from klog.client.protobuf_codec import ProtobufCodecError, local_message_class
+
+            try:
+                file = proto.to_descriptor(writer.schema.file, proto.well_known(), name="klog-connect.proto",
+                                           strict=False)
+                cls = local_message_class(file, writer.schema.message)
+            except (proto.ProtoError, ProtobufCodecError) as e:
+                raise DataError(f"the Connect schema's Protobuf schema is not one Protobuf takes: {e}") from None
+            writer.local = _Local(cls, _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR),
+                                  _index_path(file, writer.schema.message))
+        return writer.local
+
+    def _registered(self, subject: str, writer: _Writer) -> _Written:
         found = writer.ids.get(subject)
         if found is None:
             with self._lock:
@@ -1049,20 +1158,22 @@ class ProtobufConverter(Converter):
 
         path = f"/subjects/{quote(subject, safe='')}"
         body = {"schemaType": "PROTOBUF", "schema": writer.schema.text}
-        if self.config["use.latest.version"]:
+        if self._latest:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
                 _check_latest_reads(latest, writer.schema)
             schema_id = int(latest["id"])
-        elif self.config["auto.register.schemas"]:
-            schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+            top, message_class = _message_types(self.registry, schema_id)
+            index_path = _index_path(top, writer.schema.message)
+            cls = message_class(index_path)
+            write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
         else:
-            schema_id = int(self.registry.call("POST", path, body)["id"])
-        top, message_class = _message_types(self.registry, schema_id)
-        index_path = _index_path(top, writer.schema.message)
-        cls = message_class(index_path)
-        return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls,
-                        _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR))
+            if self.config["auto.register.schemas"]:
+                schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+            else:
+                schema_id = int(self.registry.call("POST", path, body)["id"])
+            cls, write, index_path = self._local(writer)  # the registered schema is the writer's own
+        return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls, write)
 
     # bytes -> Connect
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:
@@ -1074,9 +1185,12 @@ class ProtobufConverter(Converter):
 
         try:
             path, at = read_indexes(data[5:])
-            message_class, schema, read = self._reader_of_path(reader, path)
+            message_class, schema, read, has_required = self._reader_of_path(reader, path)
             message = message_class()
             message.ParseFromString(data[5 + at:])
+            if has_required and not message.IsInitialized():  # as DynamicMessage.parseFrom refuses it
+                raise DataError(f"not Protobuf of schema {schema_id}: required fields missing: "
+                                f"{', '.join(message.FindInitializationErrors())[:300]}")
         except DataError:
             raise
         except Exception as e:  # noqa: BLE001 - ProtobufCodecError, protobuf's DecodeError
@@ -1084,14 +1198,21 @@ class ProtobufConverter(Converter):
             raise DataError(f"not Protobuf of schema {schema_id}: {kind}{e}") from None
         return schema, read(message)
 
-    def _reader_of_path(self, reader: _Reader, path: list[int]) -> tuple[Any, Schema, Callable[[Any], Any]]:
-        """The message class of an index path, its Connect schema and the reading of its values."""
+    def _reader_of_path(self, reader: _Reader, path: list[int]) -> _PathReader:
         key = tuple(path)
         hit = reader.by_path.get(key)
         if hit is None:
-            message_class = reader.message_class(path)
-            schema = reader.convert.root(message_class.DESCRIPTOR, reader.version)
-            hit = reader.by_path[key] = (message_class, schema, reader.convert.reader(schema, message_class.DESCRIPTOR))
+            message_class = reader.message_class(path)  # (a path naming no message is not kept: any number are)
+            descriptor = message_class.DESCRIPTOR
+            try:
+                schema = reader.convert.root(descriptor, reader.version)
+                hit = _PathReader(message_class, schema, reader.convert.reader(schema, descriptor),
+                                  _has_required(descriptor, set()))
+            except DataError as e:
+                hit = str(e)
+            reader.by_path[key] = hit
+        if isinstance(hit, str):
+            raise DataError(hit)
         return hit
 
     def _reader(self, topic: str, schema_id: int) -> _Reader:
@@ -1117,6 +1238,13 @@ class ProtobufConverter(Converter):
                 pass
         return _Reader(schema_id, message_class, _ToConnect(self.options, metas),
                        version if isinstance(version, int) else None)
+
+
+def _has_required(descriptor: Any, seen: set[str]) -> bool:
+    """Whether a message or one it holds (at any depth) has a proto2 `required` field."""
+    seen.add(descriptor.full_name)
+    return any(fd.is_required or (fd.message_type is not None and fd.message_type.full_name not in seen
+                                  and _has_required(fd.message_type, seen)) for fd in descriptor.fields)
 
 
 def _message_types(registry: Any, schema_id: int) -> tuple[Any, Any]:

@@ -330,6 +330,29 @@ def test_scrub_invalid_names_and_unnamed_structs():
     assert unnamed.message == "ConnectDefault1"
 
 
+def test_a_struct_named_as_its_message_is_nested_in_it_and_fields_are_never_dropped(registry_url):
+    """As ProtobufData: a nested struct whose unqualified name is its parent's is defined inside it (its field's
+    type resolves to the nested message, not to the parent); a struct field the message lacks (two structs of one
+    name in a message: Confluent defines the first) fails the record ("Cannot find field"), never dropped."""
+    from klog.connect.protobuf import proto_schema
+
+    inner = {"type": "struct", "optional": True, "name": "b.Value", "fields": [field("y", "string")]}
+    outer = {"type": "struct", "optional": False, "name": "a.Value", "fields": [field("id", "int32"),
+                                                                                {**inner, "field": "x"}]}
+    assert "  Value x = 2;\n\n  message Value {\n    string y = 1;\n  }\n" in proto_schema(outer).text
+    c = converter(registry_url)
+    data = c.from_connect("t", outer, {"id": 1, "x": {"y": "hello"}})
+    assert c.to_connect("t", data)[1] == {"id": 1, "x": {"y": "hello"}}
+    got = protobuf.ProtobufDeserializer(_registered_class(registry_url, 1, "a.Value"),
+                                        {"use.deprecated.format": False})(data, ctx("t"))
+    assert (got.id, got.x.y) == (1, "hello")
+    rows = {"type": "struct", "optional": False, "name": "a.Top", "fields": [
+        {"type": "struct", "optional": True, "name": "x.Row", "fields": [field("p", "string")], "field": "a"},
+        {"type": "struct", "optional": True, "name": "y.Row", "fields": [field("q", "string")], "field": "b"}]}
+    with pytest.raises(DataError, match="b.q: Cannot find field with name q"):
+        c.from_connect("u", rows, {"a": None, "b": {"q": "2"}})
+
+
 def test_record_name_strategy_lookup_only_and_latest(registry_url):
     row = {"type": "struct", "optional": False, "name": "shop.Row", "fields": [field("id", "int32")]}
     by_record = converter(registry_url, **{"value.subject.name.strategy": "RecordNameStrategy"})
@@ -344,6 +367,14 @@ def test_record_name_strategy_lookup_only_and_latest(registry_url):
     assert latest.to_connect("x", latest.from_connect("x", row, {"id": 2}))[1] == {"id": 2}
     wider = {**row, "fields": [*row["fields"], field("extra", "string", True)]}  # a field the latest lacks
     assert latest.to_connect("x", latest.from_connect("x", wider, {"id": 3, "extra": "e"}))[1] == {"id": 3}
+    # auto.register.schemas (the default) comes first, as in Confluent's serializer: the record's own schema is
+    # registered and written, use.latest.version notwithstanding
+    registering = converter(registry_url, **{"use.latest.version": "true",
+                                             "value.subject.name.strategy": "RecordNameStrategy"})
+    data = registering.from_connect("x", wider, {"id": 4, "extra": "f"})
+    assert registering.to_connect("x", data)[1] == {"id": 4, "extra": "f"}
+    with urllib.request.urlopen(f"{registry_url}/subjects/shop.Row/versions") as answer:
+        assert json.loads(answer.read()) == [1, 2]
 
 
 def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_record(registry_url):
@@ -363,6 +394,78 @@ def test_values_that_do_not_fit_and_records_that_are_not_protobuf_fail_the_recor
         c.to_connect("t", avro.from_connect("avro-topic", {"type": "string", "optional": False}, "x"))
     with pytest.raises(DataError, match="Unsupported root schema of type array"):
         c.from_connect("t", {"type": "array", "items": {"type": "int32"}, "optional": False}, [1])
+    bad_tag = {**row, "fields": [field("id", "int32", parameters={TAG: "one"})]}
+    with pytest.raises(DataError, match="Invalid protobuf schema definition: ValueError"):
+        c.from_connect("t", bad_tag, {"id": 1})
+
+
+def test_a_value_that_does_not_fit_registers_no_schema(registry_url):
+    """The value is converted before its schema is registered (as Confluent's converter): a record that fails
+    leaves no subject behind; the next good one registers and is written as before."""
+    c = converter(registry_url)
+    row = {"type": "struct", "optional": False, "name": "shop.Row", "fields": [field("id", "int32")]}
+    with pytest.raises(DataError, match="id"):
+        c.from_connect("t", row, {"id": "seven"})
+    with urllib.request.urlopen(f"{registry_url}/subjects") as answer:
+        assert json.loads(answer.read()) == []
+    assert c.from_connect("t", row, {"id": 1}) == b"\x00\x00\x00\x00\x01\x00\x08\x01"
+    assert converter(registry_url).to_connect("t", c.from_connect("t", row, {"id": 2}))[1] == {"id": 2}
+
+
+def test_a_proto2_record_without_its_required_fields_fails_the_record(registry_url):
+    """Confluent's deserializer parses with DynamicMessage.parseFrom, which refuses a message whose proto2
+    `required` fields are unset (read here they were their defaults)."""
+    text = 'syntax = "proto2";\npackage p2;\nmessage M {\n  required string b = 1;\n  optional int32 a = 2;\n}\n'
+    request = urllib.request.Request(f"{registry_url}/subjects/p2-value/versions", json.dumps(
+        {"schemaType": "PROTOBUF", "schema": text}).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        header = b"\x00" + json.loads(answer.read())["id"].to_bytes(4, "big") + b"\x00"
+    c = converter(registry_url)
+    assert c.to_connect("p2", header + b"\x0a\x02hi")[1] == {"b": "hi", "a": None}
+    with pytest.raises(DataError, match="required fields missing: b"):
+        c.to_connect("p2", header + b"\x10\x05")
+
+
+def test_a_timestamp_past_year_9999_fails_the_record(registry_url):
+    """Timestamps.fromMillis and toMillis (Timestamps.checkValid) fail a Timestamp outside years 1 to 9999: a
+    Java consumer could not read one written, and one read is no Connect value Confluent gives."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    c = converter(registry_url)
+    row = {"type": "struct", "optional": False, "name": "shop.Row",
+           "fields": [field("at", "int64", True, name=TIMESTAMP, version=1)]}
+    last = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+    assert c.to_connect("t", c.from_connect("t", row, {"at": last}))[1] == {"at": last}
+    with pytest.raises(DataError, match="at: .*Timestamp is not valid"):
+        c.from_connect("t", row, {"at": last + 1})
+    order_class, _ = _shop_classes()
+    order = order_class()
+    order.placed_at.seconds = 253_402_300_800
+    data = protobuf.ProtobufSerializer(order_class, SchemaRegistryClient({"url": registry_url}))(order, ctx("orders"))
+    with pytest.raises(DataError, match="Timestamp is not valid"):
+        c.to_connect("orders", data)
+
+
+@pytest.mark.slow
+def test_a_schema_whose_connect_schema_explodes_fails_its_records_in_bounded_time(registry_url):
+    """A message held by two fields is two Connect subtrees: 20 levels of that are a million fields (hours of CPU
+    and gigabytes per record). Past 50,000 fields the record fails, and the message's failure is kept (not made
+    again per record); another message of the schema is still read."""
+    levels = 20
+    text = 'syntax = "proto3";\n' + "".join(f"message M{i} {{ M{i + 1} a = 1; M{i + 1} b = 2; }}\n"
+                                            for i in range(levels)) + \
+        f"message M{levels} {{ int32 v = 1; }}\nmessage Small {{ M{levels - 1} m = 1; }}\n"
+    request = urllib.request.Request(f"{registry_url}/subjects/fan-value/versions", json.dumps(
+        {"schemaType": "PROTOBUF", "schema": text}).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as answer:
+        header = b"\x00" + json.loads(answer.read())["id"].to_bytes(4, "big")
+    c = converter(registry_url)
+    for _ in range(2):
+        with pytest.raises(DataError, match="more than 50000 fields"):
+            c.to_connect("fan", header + b"\x00")
+    assert isinstance(next(iter(c._readers.values())).by_path[(0,)], str)  # kept: not made again
+    small = header + b"\x02" + bytes([2 * (levels + 1)]) + b"\x0a\x06\x0a\x02\x08\x07\x12\x00"  # index [21]
+    assert c.to_connect("fan", small)[1] == {"m": {"a": {"v": 7}, "b": {"v": 0}}}
 
 
 def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused():
@@ -379,10 +482,20 @@ def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused
         validate({**config, "value.converter.value.subject.name.strategy": "com.example.Mine"})
     with pytest.raises(ConfigError, match="key.converter.schema.registry.url"):
         make_converter("key.converter", "protobuf", {}, True)
+    # Confluent's settings that would change the bytes or the registered schema are refused by name
+    header_ids = "io.confluent.kafka.serializers.schema.id.HeaderSchemaIdSerializer"
+    for key, raw in (("normalize.schemas", "true"), ("use.schema.id", "3"), ("schema.backup.enabled", "true"),
+                     ("skip.known.types", "false"), ("use.latest.with.metadata", "app=1"),
+                     ("latest.cache.ttl.sec", "60"), ("value.schema.id.serializer", header_ids)):
+        with pytest.raises(ConfigError, match=f"value.converter.{key}"):
+            validate({**config, f"value.converter.{key}": raw})
+    assert validate({**config, "value.converter.use.schema.id": "-1", "value.converter.skip.known.types": "true",
+                     "value.converter.schemas.cache.config": "10"}).name == "s"
 
 
 def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
-    """DecimalUtils.toBigDecimal: the unscaled value at its scale, in a MathContext of its precision."""
+    """DecimalUtils.toBigDecimal: the unscaled value at its scale, in a MathContext of its precision; an unscaled
+    value past 64 KiB fails the record."""
     from confluent_kafka.schema_registry.confluent.type import decimal_pb2
 
     from klog.connect.protobuf import _logical_value
@@ -390,6 +503,8 @@ def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
     message = decimal_pb2.Decimal(value=(12345).to_bytes(2, "big"), scale=2, precision=3)
     assert _logical_value(DECIMAL, message) == decimal.Decimal("123")
     assert _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\xff\x85", scale=1)) == decimal.Decimal("-12.3")
+    with pytest.raises(DataError, match="65537 bytes"):  # a hostile one: quadratic to read (400 KiB: 17 s)
+        _logical_value(DECIMAL, decimal_pb2.Decimal(value=b"\x01" * 65_537))
 
 
 @pytest.mark.slow
