@@ -744,11 +744,12 @@ class AvroConverter(Converter):
 
     def _register(self, subject: str, writer: _Writer) -> tuple[_Writer, int]:
         """The schema's id under `subject` (registered when auto.register.schemas), or with
-        use.latest.version the writer of the subject's latest schema."""
+        use.latest.version the writer of the subject's latest schema (only without
+        auto.register.schemas, as in Confluent's serializer, which registers first)."""
         from urllib.parse import quote
 
         path = f"/subjects/{quote(subject, safe='')}"
-        if self.config["use.latest.version"]:
+        if self.config["use.latest.version"] and not self.config["auto.register.schemas"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
                 check_latest_reads(latest, "AVRO", writer.text,

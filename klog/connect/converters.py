@@ -637,7 +637,15 @@ def decimal_to_bytes(value: decimal.Decimal, scale: int) -> bytes:
     return unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)
 
 
+# a Decimal's unscaled bytes read from a record: PostgreSQL's widest numeric (147,455 digits) takes 61 KiB;
+# Python makes a Decimal of an int in quadratic time (400 KiB: 17 s a record, a hostile producer's stall)
+DECIMAL_BYTES_MAX = 65_536
+
+
 def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
+    """Connect's Decimal of its unscaled two's-complement bytes; DataError past DECIMAL_BYTES_MAX."""
+    if len(data) > DECIMAL_BYTES_MAX:
+        raise DataError(f"a Decimal's unscaled value of {len(data)} bytes (at most {DECIMAL_BYTES_MAX})")
     return decimal.Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale, _EXACT)
 
 

@@ -511,14 +511,15 @@ class JsonSchemaConverter(Converter):
 
     def _registered(self, topic: str, schema: Schema, text: str, ids: dict[str, int]) -> int:
         """The schema id under the record's subject, asked of the registry once per subject: registered
-        (auto.register.schemas), looked up, or the subject's latest (use.latest.version)."""
+        (auto.register.schemas), looked up, or the subject's latest (use.latest.version without
+        auto.register.schemas: Confluent's serializer registers first)."""
         title = schema.get("name") if schema.get("name") != ONE_OF else None
         subject = self._subject(topic, title)
         found = ids.get(subject)
         if found is not None:
             return found
         path = f"/subjects/{quote(subject, safe='')}"
-        if self.config["use.latest.version"]:
+        if self.config["use.latest.version"] and not self.config["auto.register.schemas"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
             if self.config["latest.compatibility.strict"]:
                 # the latest with the schemas its references name, fetched first: a registry that does not

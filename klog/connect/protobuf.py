@@ -72,9 +72,6 @@ DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
 CONNECT_FIELDS_MAX = 50_000  # fields of a read schema's Connect schema, nested ones counted (Debezium's widest: ~10k)
-# a read Decimal's unscaled bytes: PostgreSQL's widest numeric (147,455 digits) takes 61 KiB; Python makes a
-# Decimal of an int in quadratic time (400 KiB: 17 s a record)
-DECIMAL_BYTES_MAX = 65_536
 TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
 IMPORTS = {DECIMAL_TYPE: "confluent/type/decimal.proto", DATE_TYPE: "google/type/date.proto",
@@ -940,8 +937,6 @@ def _is_map_entry(fd: Any) -> bool:
 def _logical_value(name: str, message: Any) -> Any:
     try:
         if name == DECIMAL:  # DecimalUtils.toBigDecimal: rounded to the precision the message gives
-            if len(message.value) > DECIMAL_BYTES_MAX:
-                raise ValueError(f"an unscaled value of {len(message.value)} bytes (at most {DECIMAL_BYTES_MAX})")
             value = decimal_from_bytes(message.value or b"\x00", message.scale)
             return value if not message.precision else \
                 decimal.Context(prec=message.precision, rounding=decimal.ROUND_HALF_UP).plus(value)

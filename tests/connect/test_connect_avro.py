@@ -229,6 +229,23 @@ def test_use_latest_version_writes_with_the_subjects_latest_schema(registry_url)
     assert deserializer(data, ctx("t")) == {"id": 3, "extra": "x"}
 
 
+def test_auto_register_comes_before_use_latest_version(registry_url):
+    """Confluent's serializer registers when auto.register.schemas (the default) is on, whatever
+    use.latest.version says: the record's own schema is written, not the subject's latest."""
+    from confluent_kafka.schema_registry import Schema
+
+    client, deserializer = confluent(registry_url)
+    latest = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
+                                                        {"name": "extra", "type": "string", "default": "x"}]}
+    latest_id = client.register_schema("u-value", Schema(json.dumps(latest), "AVRO"))
+    c = converter(registry_url, **{"use.latest.version": "true"})
+    data = c.from_connect("u", {"type": "struct", "optional": False, "name": "R", "fields": [field("id", "int64")]},
+                          {"id": 3})
+    assert int.from_bytes(data[1:5], "big") != latest_id
+    assert deserializer(data, ctx("u")) == {"id": 3}
+    assert client.get_versions("u-value") == [1, 2]
+
+
 def test_latest_compatibility_strict_checks_the_latest_reads_the_records_schema(registry_url):
     from confluent_kafka.schema_registry import Schema
 

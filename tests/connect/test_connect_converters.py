@@ -73,3 +73,21 @@ def test_nan_and_infinities_are_written_as_jackson_writes_them() -> None:
     conv = JsonConverter({"schemas.enable": "false"}, is_key=False)
     data = conv.from_connect("t", schema, {"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5], "s": "NaN"})
     assert json.loads(data) == {"a": "NaN", "b": ["Infinity", "-Infinity", 1.5], "s": "NaN"}
+
+
+def test_a_decimal_past_64_kib_fails_its_record_at_once():
+    """Python makes a Decimal of a big int in quadratic time (400 KiB: ~17 s): a record's Decimal bytes are
+    bounded (PostgreSQL's widest numeric takes 61 KiB) for every converter that reads one."""
+    import base64
+    import json
+
+    from klog.connect.converters import DECIMAL_BYTES_MAX, decimal_from_bytes
+
+    assert decimal_from_bytes(b"\x01" * DECIMAL_BYTES_MAX, 0) > 0
+    with pytest.raises(DataError, match="at most 65536"):
+        decimal_from_bytes(b"\x01" * (DECIMAL_BYTES_MAX + 1), 2)
+    schema = {"type": "bytes", "optional": False, "name": "org.apache.kafka.connect.data.Decimal",
+              "parameters": {"scale": "2"}}
+    data = json.dumps({"schema": schema, "payload": base64.b64encode(b"\x01" * 70_000).decode()}).encode()
+    with pytest.raises(DataError, match="at most"):
+        JsonConverter({}, False).to_connect("t", data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import urllib.request
 
 import pytest
 
@@ -216,6 +217,16 @@ def test_keys_subject_name_strategies_lookup_and_latest(registry_url):
     latest = converter(registry_url, is_key=True, **{"use.latest.version": "true", "auto.register.schemas": "false"})
     assert latest.from_connect(TOPIC, key_schema, {"id": 4})[1:5] == \
         (client.get_latest_version(f"{TOPIC}-key").schema_id).to_bytes(4, "big")
+    # with auto.register.schemas (the default) on as well, the record's own schema is registered and written,
+    # as Confluent's serializer registers first
+    wider = {**key_schema, "fields": [*key_schema["fields"], field("note", "string", True)]}
+    client.set_compatibility(f"{TOPIC}-key", "NONE")  # (an added property is no BACKWARD change of JSON schemas)
+    registering = converter(registry_url, is_key=True, **{"use.latest.version": "true"})
+    written = registering.from_connect(TOPIC, wider, {"id": 5, "note": "n"})
+    with urllib.request.urlopen(f"{registry_url}/subjects/{TOPIC}-key/versions/latest") as answer:
+        newest = json.loads(answer.read())  # (asked afresh: the client keeps the latest it saw)
+    assert newest["version"] == 2 and "note" in newest["schema"]
+    assert written[1:5] == newest["id"].to_bytes(4, "big")
 
 
 def test_confluents_json_schema_converter_settings(registry_url):
