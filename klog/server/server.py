@@ -774,14 +774,17 @@ class Server:
             log.warning("%s (client %s): api key %d before SASL authentication, closing", peer,
                         framing.printable(items[0].client_id), PRODUCE)
             return False
-        ctxs = [RequestContext(store=self.store, broker=self.brokers.get(conn.listener, self.broker),
-                               client_id=item.client_id, client_host=peer.rpartition(":")[0],
-                               api_version=item.prefix.api_version, executor=self.executor, log=log,
-                               coordinator=self.coordinator, correlation_id=item.prefix.correlation_id, server=self,
-                               principal=conn.principal, security=conn) for item in items]
+        def context_of(i: int) -> RequestContext:  # (made where produce_group needs it, not one a request)
+            item = items[i]
+            return RequestContext(store=self.store, broker=self.brokers.get(conn.listener, self.broker),
+                                  client_id=item.client_id, client_host=peer.rpartition(":")[0],
+                                  api_version=item.prefix.api_version, executor=self.executor, log=log,
+                                  coordinator=self.coordinator, correlation_id=item.prefix.correlation_id, server=self,
+                                  principal=conn.principal, security=conn)
+
         started = time.monotonic()
         try:
-            answers = await produce_group(ctxs, [item.request for item in items])
+            answers = await produce_group(context_of, [item.request for item in items])
         except (TypeError, ValueError, AttributeError) as e:  # a well-framed request holding nonsense
             log.warning("%s (client %s): Produce v%d cannot be handled (%s: %s), closing", peer,
                         framing.printable(items[0].client_id), items[0].prefix.api_version, type(e).__name__, e)
