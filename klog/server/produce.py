@@ -4,7 +4,6 @@ klog.broker.batches); acks 0/1/-1 map onto klog's acks 0/1/all. acks=0 gets no r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -104,10 +103,16 @@ async def _append_many(ctx: RequestContext, topic: str, items: list[tuple[int, b
     """The batches of many partitions of `topic` in one multi-partition append (RawAppender.append_many:
     one lock acquisition per partition, one metadata check, one syncfs), after taking each
     partition's append slot in partition order (two such requests never wait in a circle)."""
-    async with contextlib.AsyncExitStack() as slots:
-        for partition in sorted({p for p, _ in items}):
-            await slots.enter_async_context(ctx.server.append_slot(topic, partition))
+    slots = [ctx.server.append_slot(topic, partition) for partition in sorted({p for p, _ in items})]
+    taken = 0  # (taken one by one, released in a finally: an exit stack's context per slot cost ~4x)
+    try:
+        for slot in slots:
+            await slot.acquire()
+            taken += 1
         got = await ctx.server.run_append(ctx.server.appender.append_many, topic, items, acks)
+    finally:
+        for slot in slots[:taken]:
+            slot.release()
     return [_outcome(ctx, topic, p, g) for (p, _), g in zip(items, got, strict=True)]
 
 
