@@ -69,13 +69,14 @@ POLL_S = 0.02
 # than this are encoded there: kio's reader and writer take ~0.4 and ~20 us per entry, a whole
 # request at once; in a thread the event loop gets its turn every switch interval (5 ms)
 PARSE_INLINE_BYTES = 4096
-# ...unless they hold few entries: one partition's batch (librdkafka's Produce, ~10-100 KB) parses
-# in ~25 us, less than the hop to a parse thread and back costs the loop (~40 us and a turn of the
-# event loop). Such a frame is walked on the loop up to PARSE_INLINE_ENTRIES entries (a bounded
-# walk, however many it holds) and parsed there if it has no more; up to PARSE_INLINE_BYTES_MAX
-# (kio copies the record bytes: ~50 us a MiB)
+# ...unless they hold few entries: one partition's batch (librdkafka's Produce of a wide topic, ~10-20
+# KB) parses in ~7 us, less than the hop to a parse thread and back costs the loop (~40 us and a
+# turn of the event loop). Such a frame is walked on the loop up to PARSE_INLINE_ENTRIES entries (a
+# bounded walk, however many it holds) and parsed there if it has no more; up to
+# PARSE_INLINE_BYTES_MAX: kio copies the record bytes, and a frame of ~1 MB (one partition's
+# requests) cost the loop ~0.5 ms more parsed there than handed to a thread
 PARSE_INLINE_ENTRIES = 64
-PARSE_INLINE_BYTES_MAX = 1 << 20
+PARSE_INLINE_BYTES_MAX = 64 * 1024
 PRODUCE_GROUP_MAX = 64  # pipelined Produce requests of a connection appended as one (one syncfs)
 PARSE_THREADS = 2
 # the flushes of batches appended on the event loop that io_uring cannot make (a roll's: the sealed
