@@ -1,0 +1,72 @@
+"""Where klog serve parses a request: a frame past PARSE_INLINE_BYTES that holds few entries (one
+partition's batch, as librdkafka sends it) on the event loop, where the hop to a parse thread
+would cost more than the parse; one of many entries in the parse threads (kio's reader takes
+~0.4 us an entry: the loop keeps answering the others meanwhile)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from klog.server import server as server_module
+from tests.serve_helpers import batch, huge_produce, produce_request_fields, read_answer
+
+pytest.importorskip("kio")
+from kio.schema.request_header.v1.header import RequestHeader  # noqa: E402
+from kio.serial import entity_writer  # noqa: E402
+from kio.static.constants import EntityType  # noqa: E402
+
+from klog.protocol.kafka import make  # noqa: E402
+from klog.protocol.schemas import payload_module  # noqa: E402
+
+
+@pytest.fixture
+def parsed_in(monkeypatch):
+    """The thread of each parse that gave a request (not one handed on to a parse thread)."""
+    threads: list[str] = []
+    real = server_module.Server._parse
+
+    def recording(self, *args):  # noqa: ANN001, ANN202
+        got = real(self, *args)
+        if got is not server_module._IN_THREAD:
+            threads.append(threading.current_thread().name)
+        return got
+
+    monkeypatch.setattr(server_module.Server, "_parse", recording)
+    return threads
+
+
+def _produce_frame(correlation: int, topic: str, records: bytes) -> bytes:
+    import io
+
+    mod = payload_module(0, 7, EntityType.request)
+    buf = io.BytesIO()
+    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=0, request_api_version=7,
+                                                    correlation_id=correlation, client_id="inline"))
+    entity_writer(mod.ProduceRequest)(buf, make(mod.ProduceRequest, **produce_request_fields(7, topic, 0, records)))
+    return struct.pack(">i", buf.tell()) + buf.getvalue()
+
+
+def test_big_produces_of_one_partition_are_parsed_on_the_loop(kafka_server, parsed_in):
+    kafka_server.store.create_topic("wide")
+    frames = [_produce_frame(i + 1, "wide", batch([b"v%d-" % i + b"x" * 100] * 200)) for i in range(3)]
+    assert all(len(f) > server_module.PARSE_INLINE_BYTES for f in frames)
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(b"".join(frames))  # (pipelined: grouped, or one at a time: parsed alike)
+        answers = [read_answer(sock) for _ in frames]
+    # (v7: correlation id, topics, name, partitions, then index, error code, base offset)
+    at = 4 + 4 + 2 + len("wide") + 4
+    assert [struct.unpack_from(">ihq", a, at) for a in answers] == [(0, 0, 0), (0, 0, 200), (0, 0, 400)]
+    assert parsed_in == ["klog-serve-loop"] * 3
+
+
+def test_a_big_request_of_many_entries_is_parsed_in_a_thread(kafka_server, parsed_in):
+    frame = huge_produce(1000)  # (6 bytes an entry, no records: each refused)
+    assert len(frame) > server_module.PARSE_INLINE_BYTES + 4
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(frame)
+        assert read_answer(sock)[:4] == frame[8:12]  # answered (its correlation id)
+    assert len(parsed_in) == 1 and parsed_in[0].startswith("klog-serve-parse")
