@@ -19,13 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from klog.protocol.framing import RawBody
-from klog.store.codec import encode_uvarint as _uvarint
+from klog.server.answer_bytes import I16, I32, count_bytes, string_bytes
 
 FIRST_FLEXIBLE = 9
 NO_OPERATIONS = -(2**31)  # the schemas' default: authorized operations not asked for
 _ZERO_UUID = bytes(16)
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,26 +48,17 @@ class TopicEntry:
     first_index: int = 0  # (DescribeTopicPartitions pages through a topic's partitions)
 
 
-def _string(text: str | None, flexible: bool) -> bytes:
-    if text is None:
-        return b"\0" if flexible else b"\xff\xff"
-    data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def _int32s(values: Sequence[int], flexible: bool) -> bytes:
-    return _count(len(values), flexible) + b"".join(_I32.pack(v) for v in values)
+    return count_bytes(len(values), flexible) + b"".join(I32.pack(v) for v in values)
 
 
 def _broker(version: int, broker: BrokerEntry) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
-    out = _I32.pack(broker.node_id) + _string(broker.host, flexible) + _I32.pack(broker.port)
+    out = I32.pack(broker.node_id) + string_bytes(broker.host, flexible) + I32.pack(broker.port)
     if version >= 1:
-        out += _string(broker.rack, flexible)
+        out += string_bytes(broker.rack, flexible)
     return out + (b"\0" if flexible else b"")
 
 
@@ -81,9 +70,9 @@ def _partition_layout(version: int, leader: int, elr: bool = False) -> tuple[str
     flexible = version >= FIRST_FLEXIBLE
     tail = _int32s((leader,), flexible) * 2  # replicas, ISR: this node alone
     if elr:
-        tail += _count(0, flexible) * 2
+        tail += count_bytes(0, flexible) * 2
     if version >= 5:
-        tail += _count(0, flexible)  # no offline replicas
+        tail += count_bytes(0, flexible)  # no offline replicas
     if flexible:
         tail += b"\0"
     epoch = "i" if version >= 7 else ""
@@ -92,20 +81,20 @@ def _partition_layout(version: int, leader: int, elr: bool = False) -> tuple[str
 
 def _topic(version: int, topic: TopicEntry, partition: struct.Struct, tail: bytes, leader: int) -> bytes:
     flexible = version >= FIRST_FLEXIBLE
-    parts = [_I16.pack(topic.error), _string(topic.name, flexible)]
+    parts = [I16.pack(topic.error), string_bytes(topic.name, flexible)]
     if version >= 10:
         parts.append(topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID)
     if version >= 1:
         parts.append(b"\1" if topic.is_internal else b"\0")
     epochs, first = topic.leader_epochs, topic.first_index
-    parts.append(_count(len(epochs), flexible))
+    parts.append(count_bytes(len(epochs), flexible))
     pack = partition.pack
     if version >= 7:
         parts.extend(pack(0, i, leader, epoch, tail) for i, epoch in enumerate(epochs, first))
     else:
         parts.extend(pack(0, i, leader, tail) for i in range(first, first + len(epochs)))
     if version >= 8:
-        parts.append(_I32.pack(topic.authorized_operations))
+        parts.append(I32.pack(topic.authorized_operations))
     if flexible:
         parts.append(b"\0")
     return b"".join(parts)
@@ -118,17 +107,17 @@ def metadata_answer(version: int, response_type: type, brokers: Sequence[BrokerE
     throttle.with_throttle)."""
     flexible = version >= FIRST_FLEXIBLE
     parts = [b"\0\0\0\0"] if version >= 3 else []
-    parts.append(_count(len(brokers), flexible))
+    parts.append(count_bytes(len(brokers), flexible))
     parts.extend(_broker(version, b) for b in brokers)
     if version >= 2:
-        parts.append(_string(cluster_id, flexible))
+        parts.append(string_bytes(cluster_id, flexible))
     if version >= 1:
-        parts.append(_I32.pack(controller_id))
-    parts.append(_count(len(topics), flexible))
+        parts.append(I32.pack(controller_id))
+    parts.append(count_bytes(len(topics), flexible))
     partition, tail = _partition_layout(version, leader)
     parts.extend(_topic(version, t, partition, tail, leader) for t in topics)
     if 8 <= version <= 10:
-        parts.append(_I32.pack(cluster_authorized_operations))
+        parts.append(I32.pack(cluster_authorized_operations))
     if flexible:
         parts.append(b"\0")
     return RawBody(response_type, [b"".join(parts)], throttle_at=0 if version >= 3 else None)
@@ -140,11 +129,11 @@ def describe_topic_partitions_answer(response_type: type, leader: int, topics: S
     with (empty) ELR fields; throttle time 0, the body's first int32. `next_cursor`: (topic name,
     partition index)."""
     partition, tail = _partition_layout(12, leader, elr=True)
-    parts = [b"\0\0\0\0", _count(len(topics), True)]
+    parts = [b"\0\0\0\0", count_bytes(len(topics), True)]
     parts.extend(_topic(12, t, partition, tail, leader) for t in topics)
     if next_cursor is None:
         parts.append(b"\xff")  # a null struct (KIP-893's marker)
     else:
-        parts += [b"\x01", _string(next_cursor[0], True), _I32.pack(next_cursor[1]), b"\0"]
+        parts += [b"\x01", string_bytes(next_cursor[0], True), I32.pack(next_cursor[1]), b"\0"]
     parts.append(b"\0")
     return RawBody(response_type, [b"".join(parts)], throttle_at=0)

@@ -12,13 +12,11 @@ import struct
 from dataclasses import dataclass
 
 from klog.protocol.framing import RawBody
-from klog.store.codec import encode_uvarint as _uvarint
+from klog.server.answer_bytes import I32, count_bytes, string_bytes
 
 FIRST_FLEXIBLE = 9
 _ENTRY = struct.Struct(">ihq")  # index, error code, base offset
 _I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -32,15 +30,6 @@ class PartitionResult:
     error_message: str | None = None  # v8+
 
 
-def _string(text: str | None, flexible: bool) -> bytes:
-    if text is None:
-        return b"\0" if flexible else b"\xff\xff"
-    data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 class ProduceAnswer:
@@ -51,16 +40,16 @@ class ProduceAnswer:
     def __init__(self, version: int, topics: int) -> None:
         self.version = version
         self.flexible = flexible = version >= FIRST_FLEXIBLE
-        self.buf = bytearray(_count(topics, flexible))
+        self.buf = bytearray(count_bytes(topics, flexible))
         # an entry without record errors or a message ends in the same bytes whatever its offsets:
         # built once per answer (the common case, and every entry of a hostile request's answer)
-        self._plain_tail = ((_count(0, flexible) + _string(None, flexible)) if version >= 8 else b"") + \
+        self._plain_tail = ((count_bytes(0, flexible) + string_bytes(None, flexible)) if version >= 8 else b"") + \
             (b"\0" if flexible else b"")
         self._open_topic = False
 
     def topic(self, name: str, partitions: int) -> None:
         self._end_topic()
-        self.buf += _string(name, self.flexible) + _count(partitions, self.flexible)
+        self.buf += string_bytes(name, self.flexible) + count_bytes(partitions, self.flexible)
         self._open_topic = True
 
     def _end_topic(self) -> None:
@@ -79,10 +68,10 @@ class ProduceAnswer:
             buf += self._plain_tail
             return
         if version >= 8:
-            buf += _count(len(p.record_errors), flexible)
+            buf += count_bytes(len(p.record_errors), flexible)
             for batch_index, message in p.record_errors:
-                buf += _I32.pack(batch_index) + _string(message, flexible) + (b"\0" if flexible else b"")
-            buf += _string(p.error_message, flexible)
+                buf += I32.pack(batch_index) + string_bytes(message, flexible) + (b"\0" if flexible else b"")
+            buf += string_bytes(p.error_message, flexible)
         if flexible:
             buf += b"\0"  # the partition's tagged fields
 
