@@ -246,8 +246,21 @@ def validator_of(schema: Any, default: Any = None) -> Any:
         from referencing import Registry, Resource
         from referencing.jsonschema import DRAFT7
     except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
-        return cls(schema.root, resolver=jsonschema.RefResolver.from_schema(schema.root, store=documents))
+        return cls(schema.root, resolver=_local_resolver(schema.root, documents))
     # a Registry of its own: one that retrieves nothing (jsonschema's default one fetches URLs)
     registry = Registry().with_resources(
         (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
     return cls(schema.root, registry=registry)
+
+
+def _local_resolver(root: Any, documents: dict[str, Any]) -> Any:
+    """jsonschema's RefResolver (before 4.18) over the root and `documents` that fetches nothing: its own
+    resolve_remote GETs an http(s) URL and opens any other one (file:// too) that its store lacks."""
+    import jsonschema
+
+    class LocalResolver(jsonschema.RefResolver):
+        def resolve_remote(self, uri: str) -> Any:
+            raise jsonschema.RefResolutionError(f"{uri}: names no schema of the document or its references "
+                                                "(klog fetches no schema)")
+
+    return LocalResolver.from_schema(root, store=documents)

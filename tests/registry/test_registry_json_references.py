@@ -6,6 +6,7 @@ JSONDeserializer with a Schema carrying references."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -183,3 +184,20 @@ def test_confluent_kafkas_json_serializer_with_references_round_trips(url):
     assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == record
     with pytest.raises(Exception, match="too long"):  # the referenced schema's maxLength holds
         latest({**record, "zip": "123456789012"}, ctx)
+
+
+def test_validation_fetches_nothing_with_jsonschema_before_4_18(tmp_path, monkeypatch):
+    """jsonschema before 4.18 (no `referencing`) resolves `$ref`s with its RefResolver, which reads a
+    file:// URL and GETs an http(s) one its store lacks: klog's resolves the references' names only."""
+    from klog.protocol.json_schema import validator_of
+
+    monkeypatch.setitem(__import__("sys").modules, "referencing", None)  # `import referencing` fails
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"type": "integer"}))
+    with warnings.catch_warnings():  # (RefResolver is deprecated from jsonschema 4.18)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        named = validator_of(Document({"$ref": "address.json"}, {"address.json": json.loads(ADDRESS)}))
+        assert next(named.iter_errors({"street": 1}), None) is not None  # the reference's schema holds
+        remote = validator_of({"$ref": secret.as_uri()})
+        with pytest.raises(Exception, match="klog fetches no schema"):  # not the file's {"type": "integer"}
+            next(remote.iter_errors("text"), None)
