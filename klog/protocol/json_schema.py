@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 TYPE_KEYWORDS = {
     "string": ("minLength", "maxLength", "pattern"),
@@ -145,7 +145,9 @@ class Loader:
                                 "(klog fetches no schema)")
         if pointer and not pointer.startswith("/"):
             raise SchemaProblem(f"$ref {ref!r} names no $id of the schema")
-        for part in pointer[1:].split("/") if pointer else ():
+        # a fragment's pointer is percent-encoded (RFC 6901 section 6: "#/a%20b" names "a b"), as everit and
+        # jsonschema decode it; ~1 and ~0 after that
+        for part in unquote(pointer)[1:].split("/") if pointer else ():
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(doc, dict) and part in doc:
                 doc = doc[part]

@@ -201,3 +201,15 @@ def test_validation_fetches_nothing_with_jsonschema_before_4_18(tmp_path, monkey
         remote = validator_of({"$ref": secret.as_uri()})
         with pytest.raises(Exception, match="klog fetches no schema"):  # not the file's {"type": "integer"}
             next(remote.iter_errors("text"), None)
+
+
+def test_a_refs_pointer_is_percent_decoded_then_unescaped():
+    """RFC 6901's URI fragment form, as everit and jsonschema read it: "%20" is a space, "%25" a percent
+    sign, "~1" a slash and "~0" a tilde, in the document and in a reference's."""
+    from klog.protocol.json_schema import check_references, with_references
+
+    odd = {"definitions": {"a b": {"type": "string"}, "p%q": {"type": "string"}, "x/y~": {"type": "string"}}}
+    refs = ["#/definitions/a%20b", "#/definitions/p%25q", "#/definitions/x~1y~0", "odd.json#/definitions/a%20b"]
+    check_references(with_references({"anyOf": [{"$ref": r} for r in refs], **odd}, {"odd.json": odd}))
+    with pytest.raises(SchemaProblem, match="points at nothing"):
+        check_references({"$ref": "#/definitions/a%2520b", **odd})
