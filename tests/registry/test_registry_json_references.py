@@ -184,6 +184,16 @@ def test_confluent_kafkas_json_serializer_with_references_round_trips(url):
     assert JSONDeserializer(None, schema_registry_client=client)(data, ctx) == record
     with pytest.raises(Exception, match="too long"):  # the referenced schema's maxLength holds
         latest({**record, "zip": "123456789012"}, ctx)
+    # soft-deleted (the referrer first), the schemas still read a record written with them, as Confluent's
+    # clients fetch a reference with deleted=true; klog's did not (40402)
+    from klog.client.deserializers import referenced_schemas
+    from klog.errors import KlogError
+    from klog.protocol.registry_client import RegistryClient
+
+    for subject in ("customers-value", "address"):
+        assert call(url, "DELETE", f"/subjects/{subject}")[0] == 200
+    assert JSONDeserializer(None, schema_registry_client=SchemaRegistryClient({"url": url}))(data, ctx) == record
+    assert referenced_schemas(RegistryClient([url]), TO_ADDRESS_V1, KlogError) == [("address.json", ADDRESS)]
 
 
 def test_validation_fetches_nothing_with_jsonschema_before_4_18(tmp_path, monkeypatch):
