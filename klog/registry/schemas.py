@@ -34,6 +34,7 @@ TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
 TYPES = ("AVRO", "JSON", "PROTOBUF")  # what klog's registry parses, compares and registers
 MAX_REFERENCE_DEPTH = 16  # references of references: deeper is refused (a _schemas topic could loop them)
+_REQUEST = (None, None)  # a request's schema in a chain of references (outermost; no reference names it)
 MAX_VERSION = 2**31 - 1
 T = TypeVar("T")
 DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
@@ -334,7 +335,8 @@ class Registry:
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._stored: dict[tuple[str, str, str], tuple[Any, str]] = {}  # a stored schema's (type, text, refs) -> parsed
+        # a stored schema's (type, text, refs) -> parsed, its canonical() and how deep its references nest
+        self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
         self._load()
         self._producer = store.producer()
@@ -390,36 +392,40 @@ class Registry:
         stored = self._parsed_of(v)
         return None if stored is None else stored[1]
 
-    def _parsed_of(self, v: Version, chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[Any, str] | None:
-        """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
-        versions without parsing them again (a JSON schema's metaschema check is milliseconds). `chain`: the
-        versions whose references led here (outermost first)."""
+    def _parsed_of(self, v: Version, chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[Any, str, int] | None:
+        """A stored version's parsed form, canonical() and reference depth (0: it has none), kept: a
+        compatibility check compares with stored versions without parsing them again (a JSON schema's
+        metaschema check is milliseconds). `chain`: the versions whose references led here (outermost first)."""
         if v.schema_type not in TYPES:
             return None
         where = _cache_key(v)
         hit = self._stored.get(where)
         if hit is None:
             try:
-                referenced = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
+                referenced, depth = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
                 # not strict: what Confluent's registry took, as klog refuses no stored version
                 parsed = parse(v.schema, v.schema_type, referenced, strict=False)
             except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 self._unparsable[where] = str(e)
                 return None
-            hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))
+            hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references), depth)
         return hit
 
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,
-                    chain: tuple[tuple[Any, Any], ...] = ()) -> dict[str, tuple[Any, str]]:
+                    chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[dict[str, tuple[Any, str]], int]:
         """Each reference's schema, parsed with its own (import name, a JSON Schema's `$ref` name -> (parsed,
-        "subject:version")): 42201 naming one that is not registered or cannot be parsed, references nested
-        deeper than MAX_REFERENCE_DEPTH or leading back to a version they started from (`chain`: the versions
-        whose references led here; a _schemas topic another registry wrote could loop them)."""
+        "subject:version")), and how deep they nest (0: no references): 42201 naming one that is not
+        registered or cannot be parsed, references nested deeper than MAX_REFERENCE_DEPTH below the outermost
+        schema or leading back to a version they started from (`chain`: the versions whose references led here,
+        a request's schema as _REQUEST; a _schemas topic another registry wrote could loop them). Each parsed
+        version's depth is kept: one parsed before counts as deep as one parsed now (counting the chain alone,
+        a registry took a deeper chain, one version at a time, than it could parse after a restart)."""
         if not references:
-            return {}
+            return {}, 0
         if len(chain) > MAX_REFERENCE_DEPTH:
             raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
         out = {}
+        depth = 0
         for ref in references:
             where = (ref.get("subject"), ref.get("version"))
             if where in chain:
@@ -437,8 +443,11 @@ class Registry:
                 why = self._unparsable.get(_cache_key(target))
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed"
                                     + (f" ({why})" if why else ""))
+            if len(chain) + parsed[2] > MAX_REFERENCE_DEPTH:  # the outermost's depth, were this one taken
+                raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
             out[str(ref.get("name"))] = (parsed[0], f"{target.subject}:{target.version}")
-        return out
+            depth = max(depth, parsed[2] + 1)
+        return out, depth
 
     def serialized(self, v: Version) -> str:
         """A Protobuf version's serialized form (base64 FileDescriptorProto); other types' text."""
@@ -511,7 +520,7 @@ class Registry:
             self._parse_stored(subject, schema_id)
 
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
-        return parse(text, schema_type, self._referenced(references, schema_type))
+        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0])
 
     @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",

@@ -223,3 +223,33 @@ def test_a_refs_pointer_is_percent_decoded_then_unescaped():
     check_references(with_references({"anyOf": [{"$ref": r} for r in refs], **odd}, {"odd.json": odd}))
     with pytest.raises(SchemaProblem, match="points at nothing"):
         check_references({"$ref": "#/definitions/a%2520b", **odd})
+
+
+def test_the_reference_depth_limit_holds_whatever_was_parsed_before(data_dir):
+    """References nest at most MAX_REFERENCE_DEPTH deep. The limit counted only the versions parsed in one
+    request: with the versions below parsed before (each registered in turn), a chain of any depth was
+    taken, and after a restart the same versions were unparsable (a lookup of them 40403)."""
+    from klog.registry.schemas import MAX_REFERENCE_DEPTH as TOP
+    from klog.registry.schemas import Registry, RegistryError
+
+    def to(i: int) -> dict:  # a schema that is s{i}'s, with its reference
+        return {"text": js(**{"$ref": f"s{i}.json"}), "schema_type": "JSON",
+                "references": [{"name": f"s{i}.json", "subject": f"s{i}", "version": 1}]}
+
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            registry.register("s0", js(type="string"), "JSON")
+            for i in range(1, TOP + 1):
+                registry.register(f"s{i}", **to(i - 1))
+            with pytest.raises(RegistryError, match="references nested too deep") as refused:
+                registry.register("too-deep", **to(TOP))
+            assert refused.value.code == 42201
+        finally:
+            registry.close()
+        registry = Registry(store)  # restarted: the deepest version still parses
+        try:
+            found = registry.lookup(f"s{TOP}", **to(TOP - 1))
+            assert (found.subject, found.version) == (f"s{TOP}", 1)
+        finally:
+            registry.close()
