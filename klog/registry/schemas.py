@@ -338,6 +338,7 @@ class Registry:
         # a stored schema's (type, text, refs) -> parsed, its canonical() and how deep its references nest
         self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
+        self._generation = 0  # what _forget_referrers counts
         self._load()
         self._producer = store.producer()
 
@@ -362,6 +363,7 @@ class Registry:
             return
         if k.get("keytype") == "SCHEMA" and isinstance(k.get("subject"), str) and isinstance(k.get("version"), int):
             where = (k["subject"], k["version"])
+            was = self.versions.get(where)
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
@@ -370,11 +372,20 @@ class Registry:
                                                str(v.get("schemaType") or "AVRO"),
                                                [r for r in refs if isinstance(r, dict)] if isinstance(refs, list)
                                                else [])
+            if was is not None and (where not in self.versions or _cache_key(self.versions[where]) != _cache_key(was)):
+                self._forget_referrers()
         elif k.get("keytype") == "CONFIG":
             if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
                 self.configs[k.get("subject")] = v["compatibilityLevel"]
             elif v is None:
                 self.configs.pop(k.get("subject"), None)
+
+    def _forget_referrers(self) -> None:
+        """A version gone (deleted for good) or rewritten: the parsed forms of schemas with references are
+        forgotten, as a reference (subject, version) may name other content from now (a version deleted for good
+        is numbered again), and what was being parsed meanwhile is not kept (the generation)."""
+        self._generation += 1
+        self._stored = {key: hit for key, hit in self._stored.items() if key[2] == "[]"}
 
     def _write(self, items: list[tuple[bytes, Any]]) -> None:
         """Each change written and acknowledged (durable) before it is applied and answered."""
@@ -401,6 +412,7 @@ class Registry:
         where = _cache_key(v)
         hit = self._stored.get(where)
         if hit is None:
+            generation = self._generation
             try:
                 referenced, depth = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
                 # not strict: what Confluent's registry took, as klog refuses no stored version
@@ -408,7 +420,9 @@ class Registry:
             except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 self._unparsable[where] = str(e)
                 return None
-            hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references), depth)
+            hit = (parsed, canonical(parsed, v.schema_type, v.references), depth)
+            if generation == self._generation:  # (else parsed with what a reference named before)
+                self._stored[where] = hit
         return hit
 
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,

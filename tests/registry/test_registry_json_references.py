@@ -253,3 +253,28 @@ def test_the_reference_depth_limit_holds_whatever_was_parsed_before(data_dir):
             assert (found.subject, found.version) == (f"s{TOP}", 1)
         finally:
             registry.close()
+
+
+def test_a_version_deleted_for_good_and_numbered_again_is_not_read_from_before(data_dir):
+    """A version deleted for good frees its number: the next one registered under the subject has it, with
+    other content. A schema with the same text and reference registered again named the new content, but
+    its parsed form (kept by text and references) was the old one's: compared with the old address."""
+    from klog.registry.schemas import Registry
+
+    integer_zip = ADDRESS.replace('"type": "string", "maxLength": 10', '"type": "integer"')
+    titled = CUSTOMER.replace('{"type": "object"', '{"title": "c", "type": "object"', 1)
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            assert registry.register("address", ADDRESS, "JSON") == 1
+            for _ in range(2):  # (the second finds it, so it is parsed as stored)
+                assert registry.register("customer", CUSTOMER, "JSON", TO_ADDRESS_V1) == 2
+            for subject in ("customer", "address"):
+                registry.delete_subject(subject, permanent=False)
+                registry.delete_subject(subject, permanent=True)
+            registry.register("address", integer_zip, "JSON")
+            registry.register("customer", CUSTOMER, "JSON", TO_ADDRESS_V1)
+            assert registry.version("address", "1").schema == integer_zip
+            assert registry.check("customer", titled, None, "JSON", TO_ADDRESS_V1) == []
+        finally:
+            registry.close()
