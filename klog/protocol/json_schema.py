@@ -58,25 +58,34 @@ class Document:
 
 def with_references(doc: Any, referenced: Mapping[str, Any]) -> Document:
     """`doc` with its references (name -> Document, or a bare document): theirs flattened in, a name
-    the first time it is met kept, as Confluent's resolveReferences keeps it."""
+    the first time it is met kept, as Confluent's resolveReferences keeps it. A Document named again (one
+    version under many names) adds no names: its own are in already (so the work is that of the distinct
+    documents, not names times their references)."""
     flat: dict[str, Any] = {}
+    merged: set[int] = set()
     for name, ref in referenced.items():
         if name in flat:
             continue
         ref = ref if isinstance(ref, Document) else Document(ref)
-        for inner, inner_doc in ref.referenced.items():
-            flat.setdefault(inner, inner_doc)
+        if id(ref) not in merged:
+            merged.add(id(ref))
+            for inner, inner_doc in ref.referenced.items():
+                flat.setdefault(inner, inner_doc)
         flat[name] = ref.root
     return Document(doc, flat)
 
 
 def document_of(text: str | bytes, referenced: list[tuple[str, str]]) -> Document:
     """A schema's JSON text with the (name, text) of the schemas its references name (a registry client's,
-    theirs among them), a name the first time it comes kept; ValueError for a text that is no JSON."""
+    theirs among them), a name the first time it comes kept, each text parsed once (one schema may have
+    many names); ValueError for a text that is no JSON."""
     named: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
     for name, ref_text in referenced:
         if name not in named:
-            named[name] = json.loads(ref_text)
+            if ref_text not in parsed:
+                parsed[ref_text] = json.loads(ref_text)
+            named[name] = parsed[ref_text]
     return Document(json.loads(text), named)
 
 
@@ -101,7 +110,9 @@ class Loader:
             uri = urljoin(self.base, name)
             self.documents.setdefault(uri, doc)
             self.documents.setdefault(name, doc)
-            self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
+            if id(doc) not in self.home:  # each document read once, however many names it has (the first's
+                # URI its base): a request naming one big schema 100,000 times is not 100,000 readings of it
+                self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
         self.loaded: dict[int, Node] = {}
 
     def _collect_ids(self, doc: Any, depth: int, home: tuple[Any, str] | None = None) -> None:

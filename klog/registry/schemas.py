@@ -121,8 +121,8 @@ def parse_avro(text: Any, referenced: dict[str, tuple[Any, str]] | None = None) 
         raise RegistryError(422, 42201, "Empty schema")
     try:
         external: dict[str, Any] = {}
-        for ref, _ in (referenced or {}).values():
-            external.update(named_types(ref))
+        for ref in {id(ref): ref for ref, _ in (referenced or {}).values()}.values():  # one schema, many names:
+            external.update(named_types(ref))  # its types once
         hidden = without_logical_types(json.loads(text), keep_as=HIDDEN_LOGICAL)
         parsed = fastavro.parse_schema(hidden, dict(external), _write_hint=False)
         if external:
