@@ -533,13 +533,26 @@ class Registry:
         if subject is not None or schema_id is not None:
             self._parse_stored(subject, schema_id)
 
+    def _pinned(self, references: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A request's references with version -1 (the latest) as the subject's latest version now, as
+        Confluent's resolveReferences pins it (so stored and compared so); one that names a subject without
+        versions is left as it is (refused, not registered)."""
+        if not any(ref.get("version") == -1 for ref in references):
+            return references
+        latest: dict[str, int] = {}
+        for v in list(self.versions.values()):  # (one pass, however many references name the latest)
+            if not v.deleted and v.version > latest.get(v.subject, 0):
+                latest[v.subject] = v.version
+        return [{**ref, "version": latest.get(ref.get("subject"), -1)} if ref.get("version") == -1 else ref
+                for ref in references]
+
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
         return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0])
 
     @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",
                references: list[dict[str, Any]] | None = None) -> Version:
-        references = references or []
+        references = self._pinned(references or [])
         key = canonical(self._parse(text, schema_type, references), schema_type, references)
         self._parse_stored(subject)
         with self.lock:
@@ -554,7 +567,7 @@ class Registry:
               references: list[dict[str, Any]] | None = None) -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = self._parse(text, schema_type, references or [])
+        parsed = self._parse(text, schema_type, self._pinned(references or []))
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -595,7 +608,7 @@ class Registry:
         subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
         as it was; the version is written only if the subject and its level are still so, else it is
         judged again (the last time under the lock). A Protobuf schema is stored as its canonical text."""
-        references = references or []
+        references = self._pinned(references or [])
         parsed = self._parse(text, schema_type, references)
         key = canonical(parsed, schema_type, references)
         if schema_type == "PROTOBUF":

@@ -312,3 +312,24 @@ def test_one_schema_under_many_names_is_read_once():
     fetched = document_of('{"$ref": "n3.json"}', [(f"n{i}.json", text) for i in range(1000)])
     assert len({id(doc) for doc in fetched.referenced.values()}) == 1
     assert Loader(fetched).node(fetched.root).kind == "string"
+
+
+def test_a_reference_to_version_minus_one_is_pinned_to_the_latest(data_dir):
+    """Confluent's resolveReferences takes a reference's version -1 as the subject's latest and keeps that
+    number: the schema is stored, looked up and referenced-by with it (klog refused it: 'not registered')."""
+    from klog.registry.schemas import Registry
+
+    to_latest = [{"name": "address.json", "subject": "address", "version": -1}]
+    to_v2 = [{"name": "address.json", "subject": "address", "version": 2}]
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            registry.register("address", ADDRESS, "JSON")
+            registry.register("address", ADDRESS.replace('"maxLength": 10', '"maxLength": 20'), "JSON")
+            customer = registry.register("customer", CUSTOMER, "JSON", to_latest)
+            assert registry.version("customer", "1").references == to_v2
+            assert registry.lookup("customer", CUSTOMER, schema_type="JSON", references=to_latest).id == customer
+            assert registry.check("customer", CUSTOMER, None, "JSON", to_latest) == []
+            assert registry.referenced_by("address", "2") == [customer]
+        finally:
+            registry.close()
