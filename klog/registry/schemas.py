@@ -339,6 +339,8 @@ class Registry:
         self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
         self._generation = 0  # what _forget_referrers counts
+        self._with_references: set[tuple[str, str, str]] = set()  # the keys of _stored with references
+        self._forgetting = threading.Lock()  # a parsed form kept, or those with references forgotten: not both
         self._load()
         self._producer = store.producer()
 
@@ -384,8 +386,11 @@ class Registry:
         """A version gone (deleted for good) or rewritten: the parsed forms of schemas with references are
         forgotten, as a reference (subject, version) may name other content from now (a version deleted for good
         is numbered again), and what was being parsed meanwhile is not kept (the generation)."""
-        self._generation += 1
-        self._stored = {key: hit for key, hit in self._stored.items() if key[2] == "[]"}
+        with self._forgetting:
+            self._generation += 1
+            for key in self._with_references:  # (not every kept form: a subject's versions go one tombstone each)
+                self._stored.pop(key, None)
+            self._with_references = set()
 
     def _write(self, items: list[tuple[bytes, Any]]) -> None:
         """Each change written and acknowledged (durable) before it is applied and answered."""
@@ -421,8 +426,11 @@ class Registry:
                 self._unparsable[where] = str(e)
                 return None
             hit = (parsed, canonical(parsed, v.schema_type, v.references), depth)
-            if generation == self._generation:  # (else parsed with what a reference named before)
-                self._stored[where] = hit
+            with self._forgetting:
+                if generation == self._generation:  # (else parsed with what a reference named before)
+                    self._stored[where] = hit
+                    if v.references:
+                        self._with_references.add(where)
         return hit
 
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,
