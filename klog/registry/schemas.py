@@ -482,13 +482,20 @@ class Registry:
         return sorted({r.id for r in self.versions.values() if r.refers_to(v.subject, v.version)
                        and (deleted or not r.deleted)})
 
-    def _refuse_if_referenced(self, v: Version, permanent: bool, other_subjects_only: bool = False) -> None:
-        """Confluent's 42206: a version other versions refer to is not deleted (soft: by live ones; for good:
-        by any, soft-deleted too)."""
-        if any(r.refers_to(v.subject, v.version) and (permanent or not r.deleted)
-               and not (other_subjects_only and r.subject == v.subject) for r in self.versions.values()):
-            raise RegistryError(422, 42206, "One or more references exist to the schema "
-                                f"{{magic=1,keytype=SCHEMA,subject={v.subject},version={v.version}}}.")
+    def _refuse_if_referenced(self, doomed: list[Version], permanent: bool, other_subjects_only: bool = False) -> None:
+        """Confluent's 42206, naming the first of `doomed` other versions refer to: a version they refer to is
+        not deleted (soft: by live ones; for good: by any, soft-deleted too; `other_subjects_only`: by versions
+        of other subjects). One pass over the versions, however many are doomed (a subject of 10,000 versions
+        was 10,000 passes, 30 s under the lock)."""
+        wanted = {(v.subject, v.version) for v in doomed}
+        referred = {(ref.get("subject"), ref.get("version")) for r in self.versions.values()
+                    if permanent or not r.deleted for ref in r.references
+                    if (ref.get("subject"), ref.get("version")) in wanted
+                    and not (other_subjects_only and r.subject == ref.get("subject"))}
+        for v in doomed:
+            if (v.subject, v.version) in referred:
+                raise RegistryError(422, 42206, "One or more references exist to the schema "
+                                    f"{{magic=1,keytype=SCHEMA,subject={v.subject},version={v.version}}}.")
 
     # -- reading --------------------------------------------------------------------------------------
     def subjects(self, deleted: bool = False) -> list[str]:
@@ -667,8 +674,7 @@ class Registry:
             if not everything:
                 raise subject_not_found(subject)
             live = [v for v in everything if not v.deleted]
-            for v in everything if permanent else live:
-                self._refuse_if_referenced(v, permanent, other_subjects_only=True)
+            self._refuse_if_referenced(everything if permanent else live, permanent, other_subjects_only=True)
             if permanent:
                 if live:
                     raise RegistryError(404, 40405, f"Subject '{subject}' was not deleted first before being "
@@ -688,7 +694,7 @@ class Registry:
                 raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
                                     "Set permanent=true to delete permanently")
             v = self.version(subject, version, deleted=permanent)
-            self._refuse_if_referenced(v, permanent)
+            self._refuse_if_referenced([v], permanent)
             if permanent:
                 if not v.deleted:
                     raise RegistryError(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted first "
