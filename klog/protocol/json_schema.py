@@ -249,21 +249,33 @@ def validator_of(schema: Any, default: Any = None) -> Any:
     import jsonschema
 
     schema = schema if isinstance(schema, Document) else Document(schema)
-    cls = jsonschema.validators.validator_for(schema.root, **({} if default is None else {"default": default}))
-    base = _own_id(schema.root)
+    root = schema.root
+    cls = jsonschema.validators.validator_for(root, **({} if default is None else {"default": default}))
+    if schema.referenced and isinstance(root, dict) and not _own_id(root):
+        # names and $refs relative to the Loader's base, as the registry resolved them when it took the
+        # schema: against none, jsonschema kept "./zip.json" apart from the reference named "zip.json"
+        old_drafts = (jsonschema.Draft3Validator, jsonschema.Draft4Validator)
+        root = {**root, ("id" if cls in old_drafts else "$id"): NO_ID_BASE}
+    base = urljoin(NO_ID_BASE, _own_id(root))
     documents: dict[str, Any] = {}
     for name, doc in schema.referenced.items():
-        documents.setdefault(urljoin(base, name), doc)
+        uri = urljoin(base, name)
+        documents.setdefault(uri, doc)
         documents.setdefault(name, doc)
+        # and relative forms of it, as Confluent's JsonSchema maps "./" + name too: up to draft 7 a root's
+        # $ref hides its $id, so its $refs resolve against none
+        for relative in (uri.removeprefix(NO_ID_BASE), "./" + uri.removeprefix(NO_ID_BASE)):
+            if uri.startswith(NO_ID_BASE):
+                documents.setdefault(relative, doc)
     try:
         from referencing import Registry, Resource
         from referencing.jsonschema import DRAFT7
     except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
-        return cls(schema.root, resolver=_local_resolver(schema.root, documents))
+        return cls(root, resolver=_local_resolver(root, documents))
     # a Registry of its own: one that retrieves nothing (jsonschema's default one fetches URLs)
     registry = Registry().with_resources(
         (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
-    return cls(schema.root, registry=registry)
+    return cls(root, registry=registry)
 
 
 def _local_resolver(root: Any, documents: dict[str, Any]) -> Any:

@@ -333,3 +333,21 @@ def test_a_reference_to_version_minus_one_is_pinned_to_the_latest(data_dir):
             assert registry.referenced_by("address", "2") == [customer]
         finally:
             registry.close()
+
+
+@pytest.mark.parametrize(("ref", "name", "draft"), [
+    ("./zip.json", "zip.json", None), ("zip.json", "./zip.json", None),
+    ("./zip.json", "zip.json", "http://json-schema.org/draft-04/schema#"),
+    ("zip.json", "./zip.json", "http://json-schema.org/draft-07/schema#")])
+def test_clients_resolve_a_reference_as_the_registry_took_it(ref, name, draft):
+    """The registry resolves a root without `$id` against one base (as Confluent's mem://input), so "./zip.json"
+    names the reference "zip.json"; the clients' validators (produce -s json, Connect's converter) resolved
+    against none and refused every record: Unresolvable './zip.json'."""
+    from klog.protocol.json_schema import check_references, validator_of
+
+    root = {"$ref": ref, **({"$schema": draft} if draft else {})}
+    schema = Document(root, {name: {"type": "string", "maxLength": 3}})
+    check_references(schema)  # the registry takes it
+    validator = validator_of(schema)
+    assert next(validator.iter_errors("abc"), None) is None
+    assert "too long" in next(validator.iter_errors("abcd")).message
