@@ -454,7 +454,9 @@ class Registry:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} leads back to "
                                     f"subject {where[0]!r} version {where[1]} (references in a cycle)")
             target = self.versions.get(where)  # a dict read: no lock needed
-            if target is None or target.deleted:
+            # a stored version's references may be soft-deleted (after it), as Confluent's registry resolves
+            # them (lookupDeletedSchema unless validateAsNew): it stays what it was after a restart
+            if target is None or (target.deleted and chain[:1] == (_REQUEST,)):
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
             if target.schema_type != schema_type:

@@ -351,3 +351,30 @@ def test_clients_resolve_a_reference_as_the_registry_took_it(ref, name, draft):
     validator = validator_of(schema)
     assert next(validator.iter_errors("abc"), None) is None
     assert "too long" in next(validator.iter_errors("abcd")).message
+
+
+def test_a_stored_version_reads_its_soft_deleted_references_after_a_restart(data_dir):
+    """Confluent's registry resolves a stored version's references with soft-deleted ones (a new schema's
+    without): klog's could not parse a version soft-deleted with what it references unless it had parsed it
+    before, and never after a restart (its serialized form was answered as its text; it matched nothing)."""
+    pytest.importorskip("google.protobuf")
+    from klog.registry.schemas import Registry
+
+    money = 'syntax = "proto3";\npackage shop;\n\nmessage Money {\n  int64 cents = 1;\n}\n'
+    order = ('syntax = "proto3";\npackage shop;\n\nimport "money.proto";\n\n'
+             'message Order {\n  .shop.Money total = 1;\n}\n')
+    with klog.open(data_dir) as store:
+        registry = Registry(store)
+        try:
+            registry.register("money", money, "PROTOBUF")
+            registry.register("order", order, "PROTOBUF", [{"name": "money.proto", "subject": "money", "version": 1}])
+            for subject in ("order", "money"):
+                registry.delete_subject(subject, permanent=False)
+            served = registry.serialized(registry.version("order", "1", deleted=True))
+        finally:
+            registry.close()
+        registry = Registry(store)
+        try:
+            assert registry.serialized(registry.version("order", "1", deleted=True)) == served != order
+        finally:
+            registry.close()
