@@ -341,6 +341,9 @@ class Registry:
         self._generation = 0  # what _forget_referrers counts
         self._with_references: set[tuple[str, str, str]] = set()  # the keys of _stored with references
         self._forgetting = threading.Lock()  # a parsed form kept, or those with references forgotten: not both
+        self._changes = 0  # versions added, changed or removed (what a failure to parse references holds for)
+        # a stored schema's key -> _changes when it failed to parse (-1: it has no references, so for good)
+        self._failed: dict[tuple[str, str, str], int] = {}
         self._load()
         self._producer = store.producer()
 
@@ -366,6 +369,7 @@ class Registry:
         if k.get("keytype") == "SCHEMA" and isinstance(k.get("subject"), str) and isinstance(k.get("version"), int):
             where = (k["subject"], k["version"])
             was = self.versions.get(where)
+            self._changes += 1
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
@@ -417,13 +421,21 @@ class Registry:
         where = _cache_key(v)
         hit = self._stored.get(where)
         if hit is None:
-            generation = self._generation
+            failed = self._failed.get(where)
+            if failed == -1 or (failed == self._changes and not chain):
+                return None  # failed with the versions as they are: a hostile _schemas' megabytes not parsed
+                # again at every request (under the registry's lock, for an id)
+            generation, changes = self._generation, self._changes
             try:
                 referenced, depth = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
                 # not strict: what Confluent's registry took, as klog refuses no stored version
                 parsed = parse(v.schema, v.schema_type, referenced, strict=False)
             except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 self._unparsable[where] = str(e)
+                if not v.references:  # its own text's failure
+                    self._failed[where] = -1
+                elif not chain:  # (in a chain it may fail for the chain's depth, not its own)
+                    self._failed[where] = changes
                 return None
             hit = (parsed, canonical(parsed, v.schema_type, v.references), depth)
             with self._forgetting:
