@@ -432,10 +432,8 @@ class Registry:
                 parsed = parse(v.schema, v.schema_type, referenced, strict=False)
             except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 self._unparsable[where] = str(e)
-                if not v.references:  # its own text's failure
-                    self._failed[where] = -1
-                elif not chain:  # (in a chain it may fail for the chain's depth, not its own)
-                    self._failed[where] = changes
+                if not chain:  # (in a chain it may fail for the chain's depth, or the stack's, not its own)
+                    self._failed[where] = changes if v.references else -1  # (-1: its own text's failure)
                 return None
             hit = (parsed, canonical(parsed, v.schema_type, v.references), depth)
             with self._forgetting:
