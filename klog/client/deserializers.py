@@ -260,7 +260,9 @@ def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -
                     raise error(f"more than {REFERENCES_MAX} schema references")
                 if time.monotonic() > deadline:
                     raise error(f"its schema references took the registry more than {REFERENCES_TIMEOUT_S:g} s")
-                path = f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}"
+                # soft-deleted too, as Confluent's clients fetch a reference (lookupDeletedSchema): a record
+                # written before its schema and the ones it references were deleted still reads
+                path = f"/subjects/{quote(where[0], safe='')}/versions/{quote(where[1], safe='')}?deleted=true"
                 try:
                     doc = registry.call("GET", path)
                 except RegistryAnswerError as e:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin
 
 TYPE_KEYWORDS = {
     "string": ("minLength", "maxLength", "pattern"),
@@ -58,25 +58,34 @@ class Document:
 
 def with_references(doc: Any, referenced: Mapping[str, Any]) -> Document:
     """`doc` with its references (name -> Document, or a bare document): theirs flattened in, a name
-    the first time it is met kept, as Confluent's resolveReferences keeps it."""
+    the first time it is met kept, as Confluent's resolveReferences keeps it. A Document named again (one
+    version under many names) adds no names: its own are in already (so the work is that of the distinct
+    documents, not names times their references)."""
     flat: dict[str, Any] = {}
+    merged: set[int] = set()
     for name, ref in referenced.items():
         if name in flat:
             continue
         ref = ref if isinstance(ref, Document) else Document(ref)
-        for inner, inner_doc in ref.referenced.items():
-            flat.setdefault(inner, inner_doc)
+        if id(ref) not in merged:
+            merged.add(id(ref))
+            for inner, inner_doc in ref.referenced.items():
+                flat.setdefault(inner, inner_doc)
         flat[name] = ref.root
     return Document(doc, flat)
 
 
 def document_of(text: str | bytes, referenced: list[tuple[str, str]]) -> Document:
     """A schema's JSON text with the (name, text) of the schemas its references name (a registry client's,
-    theirs among them), a name the first time it comes kept; ValueError for a text that is no JSON."""
+    theirs among them), a name the first time it comes kept, each text parsed once (one schema may have
+    many names); ValueError for a text that is no JSON."""
     named: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
     for name, ref_text in referenced:
         if name not in named:
-            named[name] = json.loads(ref_text)
+            if ref_text not in parsed:
+                parsed[ref_text] = json.loads(ref_text)
+            named[name] = parsed[ref_text]
     return Document(json.loads(text), named)
 
 
@@ -101,7 +110,9 @@ class Loader:
             uri = urljoin(self.base, name)
             self.documents.setdefault(uri, doc)
             self.documents.setdefault(name, doc)
-            self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
+            if id(doc) not in self.home:  # each document read once, however many names it has (the first's
+                # URI its base): a request naming one big schema 100,000 times is not 100,000 readings of it
+                self._collect_ids(doc, 0, (doc, urljoin(uri, _own_id(doc))))
         self.loaded: dict[int, Node] = {}
 
     def _collect_ids(self, doc: Any, depth: int, home: tuple[Any, str] | None = None) -> None:
@@ -145,7 +156,9 @@ class Loader:
                                 "(klog fetches no schema)")
         if pointer and not pointer.startswith("/"):
             raise SchemaProblem(f"$ref {ref!r} names no $id of the schema")
-        for part in pointer[1:].split("/") if pointer else ():
+        # a fragment's pointer is percent-encoded (RFC 6901 section 6: "#/a%20b" names "a b"), as everit and
+        # jsonschema decode it; ~1 and ~0 after that
+        for part in unquote(pointer)[1:].split("/") if pointer else ():
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(doc, dict) and part in doc:
                 doc = doc[part]
@@ -236,18 +249,43 @@ def validator_of(schema: Any, default: Any = None) -> Any:
     import jsonschema
 
     schema = schema if isinstance(schema, Document) else Document(schema)
-    cls = jsonschema.validators.validator_for(schema.root, **({} if default is None else {"default": default}))
-    base = _own_id(schema.root)
+    root = schema.root
+    cls = jsonschema.validators.validator_for(root, **({} if default is None else {"default": default}))
+    if schema.referenced and isinstance(root, dict) and not _own_id(root):
+        # names and $refs relative to the Loader's base, as the registry resolved them when it took the
+        # schema: against none, jsonschema kept "./zip.json" apart from the reference named "zip.json"
+        old_drafts = (jsonschema.Draft3Validator, jsonschema.Draft4Validator)
+        root = {**root, ("id" if cls in old_drafts else "$id"): NO_ID_BASE}
+    base = urljoin(NO_ID_BASE, _own_id(root))
     documents: dict[str, Any] = {}
     for name, doc in schema.referenced.items():
-        documents.setdefault(urljoin(base, name), doc)
+        uri = urljoin(base, name)
+        documents.setdefault(uri, doc)
         documents.setdefault(name, doc)
+        # and relative forms of it, as Confluent's JsonSchema maps "./" + name too: up to draft 7 a root's
+        # $ref hides its $id, so its $refs resolve against none
+        for relative in (uri.removeprefix(NO_ID_BASE), "./" + uri.removeprefix(NO_ID_BASE)):
+            if uri.startswith(NO_ID_BASE):
+                documents.setdefault(relative, doc)
     try:
         from referencing import Registry, Resource
         from referencing.jsonschema import DRAFT7
     except ImportError:  # jsonschema before 4.18: its RefResolver, the documents its store
-        return cls(schema.root, resolver=jsonschema.RefResolver.from_schema(schema.root, store=documents))
+        return cls(root, resolver=_local_resolver(root, documents))
     # a Registry of its own: one that retrieves nothing (jsonschema's default one fetches URLs)
     registry = Registry().with_resources(
         (uri, Resource.from_contents(doc, default_specification=DRAFT7)) for uri, doc in documents.items())
-    return cls(schema.root, registry=registry)
+    return cls(root, registry=registry)
+
+
+def _local_resolver(root: Any, documents: dict[str, Any]) -> Any:
+    """jsonschema's RefResolver (before 4.18) over the root and `documents` that fetches nothing: its own
+    resolve_remote GETs an http(s) URL and opens any other one (file:// too) that its store lacks."""
+    import jsonschema
+
+    class LocalResolver(jsonschema.RefResolver):
+        def resolve_remote(self, uri: str) -> Any:
+            raise jsonschema.RefResolutionError(f"{uri}: names no schema of the document or its references "
+                                                "(klog fetches no schema)")
+
+    return LocalResolver.from_schema(root, store=documents)

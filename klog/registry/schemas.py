@@ -34,6 +34,7 @@ TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
 TYPES = ("AVRO", "JSON", "PROTOBUF")  # what klog's registry parses, compares and registers
 MAX_REFERENCE_DEPTH = 16  # references of references: deeper is refused (a _schemas topic could loop them)
+_REQUEST = (None, None)  # a request's schema in a chain of references (outermost; no reference names it)
 MAX_VERSION = 2**31 - 1
 T = TypeVar("T")
 DIFFERENT_SCHEMA_TYPE = "Incompatible because of different schema type"  # Confluent's SchemaValidatorBuilder
@@ -120,8 +121,8 @@ def parse_avro(text: Any, referenced: dict[str, tuple[Any, str]] | None = None) 
         raise RegistryError(422, 42201, "Empty schema")
     try:
         external: dict[str, Any] = {}
-        for ref, _ in (referenced or {}).values():
-            external.update(named_types(ref))
+        for ref in {id(ref): ref for ref, _ in (referenced or {}).values()}.values():  # one schema, many names:
+            external.update(named_types(ref))  # its types once
         hidden = without_logical_types(json.loads(text), keep_as=HIDDEN_LOGICAL)
         parsed = fastavro.parse_schema(hidden, dict(external), _write_hint=False)
         if external:
@@ -334,8 +335,15 @@ class Registry:
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, str] = {}
-        self._stored: dict[tuple[str, str, str], tuple[Any, str]] = {}  # a stored schema's (type, text, refs) -> parsed
+        # a stored schema's (type, text, refs) -> parsed, its canonical() and how deep its references nest
+        self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
+        self._generation = 0  # what _forget_referrers counts
+        self._with_references: set[tuple[str, str, str]] = set()  # the keys of _stored with references
+        self._forgetting = threading.Lock()  # a parsed form kept, or those with references forgotten: not both
+        self._changes = 0  # versions added, changed or removed (what a failure to parse references holds for)
+        # a stored schema's key -> _changes when it failed to parse (-1: it has no references, so for good)
+        self._failed: dict[tuple[str, str, str], int] = {}
         self._load()
         self._producer = store.producer()
 
@@ -360,6 +368,8 @@ class Registry:
             return
         if k.get("keytype") == "SCHEMA" and isinstance(k.get("subject"), str) and isinstance(k.get("version"), int):
             where = (k["subject"], k["version"])
+            was = self.versions.get(where)
+            self._changes += 1
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
@@ -368,11 +378,23 @@ class Registry:
                                                str(v.get("schemaType") or "AVRO"),
                                                [r for r in refs if isinstance(r, dict)] if isinstance(refs, list)
                                                else [])
+            if was is not None and (where not in self.versions or _cache_key(self.versions[where]) != _cache_key(was)):
+                self._forget_referrers()
         elif k.get("keytype") == "CONFIG":
             if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
                 self.configs[k.get("subject")] = v["compatibilityLevel"]
             elif v is None:
                 self.configs.pop(k.get("subject"), None)
+
+    def _forget_referrers(self) -> None:
+        """A version gone (deleted for good) or rewritten: the parsed forms of schemas with references are
+        forgotten, as a reference (subject, version) may name other content from now (a version deleted for good
+        is numbered again), and what was being parsed meanwhile is not kept (the generation)."""
+        with self._forgetting:
+            self._generation += 1
+            for key in self._with_references:  # (not every kept form: a subject's versions go one tombstone each)
+                self._stored.pop(key, None)
+            self._with_references = set()
 
     def _write(self, items: list[tuple[bytes, Any]]) -> None:
         """Each change written and acknowledged (durable) before it is applied and answered."""
@@ -390,43 +412,61 @@ class Registry:
         stored = self._parsed_of(v)
         return None if stored is None else stored[1]
 
-    def _parsed_of(self, v: Version, chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[Any, str] | None:
-        """A stored version's parsed form and canonical(), kept: a compatibility check compares with stored
-        versions without parsing them again (a JSON schema's metaschema check is milliseconds). `chain`: the
-        versions whose references led here (outermost first)."""
+    def _parsed_of(self, v: Version, chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[Any, str, int] | None:
+        """A stored version's parsed form, canonical() and reference depth (0: it has none), kept: a
+        compatibility check compares with stored versions without parsing them again (a JSON schema's
+        metaschema check is milliseconds). `chain`: the versions whose references led here (outermost first)."""
         if v.schema_type not in TYPES:
             return None
         where = _cache_key(v)
         hit = self._stored.get(where)
         if hit is None:
+            failed = self._failed.get(where)
+            if failed == -1 or (failed == self._changes and not chain):
+                return None  # failed with the versions as they are: a hostile _schemas' megabytes not parsed
+                # again at every request (under the registry's lock, for an id)
+            generation, changes = self._generation, self._changes
             try:
-                referenced = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
+                referenced, depth = self._referenced(v.references, v.schema_type, (*chain, (v.subject, v.version)))
                 # not strict: what Confluent's registry took, as klog refuses no stored version
                 parsed = parse(v.schema, v.schema_type, referenced, strict=False)
             except RegistryError as e:  # a stored schema klog cannot parse (another registry wrote it): matches none
                 self._unparsable[where] = str(e)
+                if not chain:  # (in a chain it may fail for the chain's depth, or the stack's, not its own)
+                    self._failed[where] = changes if v.references else -1  # (-1: its own text's failure)
                 return None
-            hit = self._stored[where] = (parsed, canonical(parsed, v.schema_type, v.references))
+            hit = (parsed, canonical(parsed, v.schema_type, v.references), depth)
+            with self._forgetting:
+                if generation == self._generation:  # (else parsed with what a reference named before)
+                    self._stored[where] = hit
+                    if v.references:
+                        self._with_references.add(where)
         return hit
 
     def _referenced(self, references: list[dict[str, Any]], schema_type: str,
-                    chain: tuple[tuple[Any, Any], ...] = ()) -> dict[str, tuple[Any, str]]:
+                    chain: tuple[tuple[Any, Any], ...] = ()) -> tuple[dict[str, tuple[Any, str]], int]:
         """Each reference's schema, parsed with its own (import name, a JSON Schema's `$ref` name -> (parsed,
-        "subject:version")): 42201 naming one that is not registered or cannot be parsed, references nested
-        deeper than MAX_REFERENCE_DEPTH or leading back to a version they started from (`chain`: the versions
-        whose references led here; a _schemas topic another registry wrote could loop them)."""
+        "subject:version")), and how deep they nest (0: no references): 42201 naming one that is not
+        registered or cannot be parsed, references nested deeper than MAX_REFERENCE_DEPTH below the outermost
+        schema or leading back to a version they started from (`chain`: the versions whose references led here,
+        a request's schema as _REQUEST; a _schemas topic another registry wrote could loop them). Each parsed
+        version's depth is kept: one parsed before counts as deep as one parsed now (counting the chain alone,
+        a registry took a deeper chain, one version at a time, than it could parse after a restart)."""
         if not references:
-            return {}
+            return {}, 0
         if len(chain) > MAX_REFERENCE_DEPTH:
             raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
         out = {}
+        depth = 0
         for ref in references:
             where = (ref.get("subject"), ref.get("version"))
             if where in chain:
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} leads back to "
                                     f"subject {where[0]!r} version {where[1]} (references in a cycle)")
             target = self.versions.get(where)  # a dict read: no lock needed
-            if target is None or target.deleted:
+            # a stored version's references may be soft-deleted (after it), as Confluent's registry resolves
+            # them (lookupDeletedSchema unless validateAsNew): it stays what it was after a restart
+            if target is None or (target.deleted and chain[:1] == (_REQUEST,)):
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} names subject "
                                     f"{ref.get('subject')!r} version {ref.get('version')}, which is not registered")
             if target.schema_type != schema_type:
@@ -437,8 +477,11 @@ class Registry:
                 why = self._unparsable.get(_cache_key(target))
                 raise RegistryError(422, 42201, f"Invalid schema: reference {ref.get('name')!r} cannot be parsed"
                                     + (f" ({why})" if why else ""))
+            if len(chain) + parsed[2] > MAX_REFERENCE_DEPTH:  # the outermost's depth, were this one taken
+                raise RegistryError(422, 42201, "Invalid schema: references nested too deep")
             out[str(ref.get("name"))] = (parsed[0], f"{target.subject}:{target.version}")
-        return out
+            depth = max(depth, parsed[2] + 1)
+        return out, depth
 
     def serialized(self, v: Version) -> str:
         """A Protobuf version's serialized form (base64 FileDescriptorProto); other types' text."""
@@ -451,13 +494,20 @@ class Registry:
         return sorted({r.id for r in self.versions.values() if r.refers_to(v.subject, v.version)
                        and (deleted or not r.deleted)})
 
-    def _refuse_if_referenced(self, v: Version, permanent: bool, other_subjects_only: bool = False) -> None:
-        """Confluent's 42206: a version other versions refer to is not deleted (soft: by live ones; for good:
-        by any, soft-deleted too)."""
-        if any(r.refers_to(v.subject, v.version) and (permanent or not r.deleted)
-               and not (other_subjects_only and r.subject == v.subject) for r in self.versions.values()):
-            raise RegistryError(422, 42206, "One or more references exist to the schema "
-                                f"{{magic=1,keytype=SCHEMA,subject={v.subject},version={v.version}}}.")
+    def _refuse_if_referenced(self, doomed: list[Version], permanent: bool, other_subjects_only: bool = False) -> None:
+        """Confluent's 42206, naming the first of `doomed` other versions refer to: a version they refer to is
+        not deleted (soft: by live ones; for good: by any, soft-deleted too; `other_subjects_only`: by versions
+        of other subjects). One pass over the versions, however many are doomed (a subject of 10,000 versions
+        was 10,000 passes, 30 s under the lock)."""
+        wanted = {(v.subject, v.version) for v in doomed}
+        referred = {(ref.get("subject"), ref.get("version")) for r in self.versions.values()
+                    if permanent or not r.deleted for ref in r.references
+                    if (ref.get("subject"), ref.get("version")) in wanted
+                    and not (other_subjects_only and r.subject == ref.get("subject"))}
+        for v in doomed:
+            if (v.subject, v.version) in referred:
+                raise RegistryError(422, 42206, "One or more references exist to the schema "
+                                    f"{{magic=1,keytype=SCHEMA,subject={v.subject},version={v.version}}}.")
 
     # -- reading --------------------------------------------------------------------------------------
     def subjects(self, deleted: bool = False) -> list[str]:
@@ -510,13 +560,26 @@ class Registry:
         if subject is not None or schema_id is not None:
             self._parse_stored(subject, schema_id)
 
+    def _pinned(self, references: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A request's references with version -1 (the latest) as the subject's latest version now, as
+        Confluent's resolveReferences pins it (so stored and compared so); one that names a subject without
+        versions is left as it is (refused, not registered)."""
+        if not any(ref.get("version") == -1 for ref in references):
+            return references
+        latest: dict[str, int] = {}
+        for v in list(self.versions.values()):  # (one pass, however many references name the latest)
+            if not v.deleted and v.version > latest.get(v.subject, 0):
+                latest[v.subject] = v.version
+        return [{**ref, "version": latest.get(ref.get("subject"), -1)} if ref.get("version") == -1 else ref
+                for ref in references]
+
     def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
-        return parse(text, schema_type, self._referenced(references, schema_type))
+        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0])
 
     @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",
                references: list[dict[str, Any]] | None = None) -> Version:
-        references = references or []
+        references = self._pinned(references or [])
         key = canonical(self._parse(text, schema_type, references), schema_type, references)
         self._parse_stored(subject)
         with self.lock:
@@ -531,7 +594,7 @@ class Registry:
               references: list[dict[str, Any]] | None = None) -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = self._parse(text, schema_type, references or [])
+        parsed = self._parse(text, schema_type, self._pinned(references or []))
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -572,7 +635,7 @@ class Registry:
         subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
         as it was; the version is written only if the subject and its level are still so, else it is
         judged again (the last time under the lock). A Protobuf schema is stored as its canonical text."""
-        references = references or []
+        references = self._pinned(references or [])
         parsed = self._parse(text, schema_type, references)
         key = canonical(parsed, schema_type, references)
         if schema_type == "PROTOBUF":
@@ -623,8 +686,7 @@ class Registry:
             if not everything:
                 raise subject_not_found(subject)
             live = [v for v in everything if not v.deleted]
-            for v in everything if permanent else live:
-                self._refuse_if_referenced(v, permanent, other_subjects_only=True)
+            self._refuse_if_referenced(everything if permanent else live, permanent, other_subjects_only=True)
             if permanent:
                 if live:
                     raise RegistryError(404, 40405, f"Subject '{subject}' was not deleted first before being "
@@ -644,7 +706,7 @@ class Registry:
                 raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
                                     "Set permanent=true to delete permanently")
             v = self.version(subject, version, deleted=permanent)
-            self._refuse_if_referenced(v, permanent)
+            self._refuse_if_referenced([v], permanent)
             if permanent:
                 if not v.deleted:
                     raise RegistryError(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted first "

@@ -196,6 +196,7 @@ def stub_registry(answers: dict[str, object]) -> Iterator[str]:
 
     class Stub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.path = self.path.removesuffix("?deleted=true")  # (a reference's version: soft-deleted ones too)
             if callable(answers.get(self.path)):  # an answer of its own making
                 answers[self.path](self)
                 return
