@@ -108,8 +108,10 @@ def _with_dependencies(registry: Any, name: str, answer: dict, descriptor_pb2: A
         if ref is None:
             out += _well_known(dep, name, descriptor_pb2, files)
             continue
+        # soft-deleted too, as Confluent's clients fetch a reference (lookupDeletedSchema): a record written
+        # before its schema and the files it imports were deleted still reads
         doc = registry.call("GET", f"/subjects/{quote(str(ref['subject']), safe='')}/versions/"
-                                   f"{int(ref['version'])}?format=serialized")
+                                   f"{int(ref['version'])}?format=serialized&deleted=true")
         out += _with_dependencies(registry, dep, doc, descriptor_pb2, files)
     return [*out, (name, fd)]
 

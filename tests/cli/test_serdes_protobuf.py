@@ -128,3 +128,31 @@ def test_a_record_with_a_bad_message_index_is_one_line(cli, data_dir, registry_u
     assert done.exit_code == 1
     assert json.loads(done.out.splitlines()[0])["id"] == "ok"
     assert "offset 1 as protobuf: message index [7] names no message of schema 1" in done.stderr
+
+
+def test_a_record_reads_after_its_schema_and_the_one_it_imports_were_soft_deleted(cli, data_dir, registry_url):
+    """As Confluent's clients (lookupDeletedSchema), a reference's version is fetched with deleted=true: a
+    record written before its schema and the file it imports were soft-deleted still reads."""
+    import urllib.request
+
+    def call(method: str, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(registry_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+        with urllib.request.urlopen(request) as answer:
+            return json.loads(answer.read())
+
+    call("POST", "/subjects/money/versions", {"schemaType": "PROTOBUF", "schema":
+         'syntax = "proto3";\npackage shop;\nmessage Money { int64 cents = 1; }\n'})
+    call("POST", "/subjects/paid-value/versions", {
+        "schemaType": "PROTOBUF", "references": [{"name": "shop/money.proto", "subject": "money", "version": 1}],
+        "schema": 'syntax = "proto3";\npackage shop;\nimport "shop/money.proto";\n'
+                  'message Paid { string id = 1; Money amount = 2; }\n'})
+    done = cli("produce", "paid", "-s", "value=protobuf", "--schema", "latest", "-r", registry_url,
+               input=b'{"id": "p-1", "amount": {"cents": "250"}}\n')
+    assert done.exit_code == 0, done.stderr
+    call("DELETE", "/subjects/paid-value/versions/1")
+    call("DELETE", "/subjects/money/versions/1")
+    back = cli("consume", "paid", "-s", "value=protobuf", "-r", registry_url)
+    assert back.exit_code == 0, back.stderr
+    assert json.loads(back.out) == {"id": "p-1", "amount": {"cents": "250"}}
