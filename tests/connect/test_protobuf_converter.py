@@ -17,6 +17,7 @@ protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
 
 from klog.connect.converters import make_converter  # noqa: E402
 from klog.connect.errors import ConfigError, DataError  # noqa: E402
+from tests.connect.test_connect_avro import ctx, field  # noqa: E402
 from tests.registry.helpers import serving as registry_at  # noqa: E402
 
 PROTOBUF = "io.confluent.connect.protobuf.ProtobufConverter"
@@ -36,16 +37,6 @@ def registry_url(data_dir):
 def converter(url: str, is_key: bool = False, **settings: str):  # noqa: ANN201
     return make_converter("key.converter" if is_key else "value.converter", PROTOBUF,
                           {"schema.registry.url": url, **settings}, is_key)
-
-
-def ctx(topic: str, is_key: bool = False):  # noqa: ANN201
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    return SerializationContext(topic, MessageField.KEY if is_key else MessageField.VALUE)
-
-
-def field(field_name: str, type_: str, optional: bool = False, **extra: object) -> dict:
-    return {"type": type_, "optional": optional, **extra, "field": field_name}
 
 
 ROW = {"type": "struct", "optional": True, "name": "shop.public.orders.Value", "fields": [

@@ -18,6 +18,7 @@ pytest.importorskip("jsonschema", reason="the JSON Schema metaschema check needs
 from klog.protocol.json_compat import backward_problems  # noqa: E402
 from klog.protocol.json_schema import Document, SchemaProblem  # noqa: E402
 from tests.registry.helpers import serving  # noqa: E402
+from tests.registry.test_registry_json_schema import js  # noqa: E402
 from tests.registry.test_registry_rest import call  # noqa: E402
 
 
@@ -25,11 +26,6 @@ from tests.registry.test_registry_rest import call  # noqa: E402
 def url(data_dir):
     with serving(data_dir) as base:
         yield base
-
-
-def js(**doc: object) -> str:
-    return json.dumps(doc)
-
 
 ADDRESS = js(type="object", properties={"street": {"type": "string"}, "zip": {"$ref": "#/definitions/Zip"}},
              definitions={"Zip": {"type": "string", "maxLength": 10}})
