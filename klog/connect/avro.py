@@ -254,6 +254,49 @@ def connect_schema(avro: Any) -> Schema:
     return _ToConnect().schema(parsed)
 
 
+def with_references_inlined(texts: list[str], what: str = "the schema") -> Any:
+    """The last of `texts` (an Avro schema's JSON) made self-contained: each named type the texts before it
+    (its references', theirs first) define is inlined at its first use and named afterwards, as Avro's Java
+    parser (references parsed first) gives Confluent's AvroData the schema; so a type used by name is the
+    referenced definition. Full names, logical types hidden (connect_schema and plain_schema take it)."""
+    named: dict[str, Any] = {}
+    try:
+        for text in texts:
+            parsed = fastavro().parse_schema(hidden_logical_types(json.loads(text)), named_schemas=named,
+                                             _write_hint=False)
+    except Exception as e:  # noqa: BLE001 - json's ValueError, fastavro's SchemaParseException and others
+        raise DataError(f"{what} is not an Avro schema klog reads with its references: {e}") from None
+    return _first_use(parsed, named, set())
+
+
+def _first_use(avro: Any, named: dict[str, Any], defined: set[str]) -> Any:
+    """`avro` (fastavro-parsed: full names) with each named type `defined` does not hold yet inlined from
+    `named` (and added to it); a definition met again is its name."""
+    if isinstance(avro, list):
+        return [_first_use(member, named, defined) for member in avro]
+    if isinstance(avro, str):
+        return avro if avro in AVRO_PRIMITIVES or avro in defined else _first_use(named[avro], named, defined)
+    if not isinstance(avro, dict):
+        return avro
+    kind = avro.get("type")
+    if kind in AVRO_NAMED:
+        if avro["name"] in defined:
+            return avro["name"]
+        defined.add(avro["name"])  # before its fields: a recursive use stays a name
+        namespace, short = split_name(avro["name"])
+        out = {**avro, "name": short, "namespace": namespace or ""}  # "": not the enclosing one
+        if kind == "record":
+            out["fields"] = [{**f, "type": _first_use(f["type"], named, defined)} for f in avro["fields"]]
+        return out
+    out = dict(avro)
+    for key in ("items", "values"):
+        if key in out:
+            out[key] = _first_use(out[key], named, defined)
+    if isinstance(kind, dict | list) or (isinstance(kind, str) and kind not in AVRO_PRIMITIVES + ("array", "map")):
+        out["type"] = _first_use(kind, named, defined)
+    return out
+
+
 def hidden_logical_types(avro: Any) -> Any:
     """The schema with each logicalType renamed, so fastavro parses it without judging it (it refuses a
     decimal whose scale exceeds its precision, which Avro's Java library ignores) and keeps it as a property."""
@@ -784,16 +827,28 @@ class AvroConverter(Converter):
         found = self.registry.call("GET", f"/schemas/ids/{schema_id}")
         if found.get("schemaType", "AVRO") != "AVRO":
             raise DataError(f"schema {schema_id} is {found['schemaType']}, not Avro")
-        avro = json.loads(found["schema"])
+        references = found.get("references") or []
+        avro = self._with_references(schema_id, found) if references else json.loads(found["schema"])
         version = None
         if not (isinstance(avro, dict) and "connect.version" in avro):
             try:
                 subject = subject_name(self.strategy, topic, self.is_key, avro)
-                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}",
-                                             {"schema": found["schema"]}).get("version")
+                lookup = {"schema": found["schema"], **({"references": references} if references else {})}
+                version = self.registry.call("POST", f"/subjects/{quote(subject, safe='')}", lookup).get("version")
             except DataError:  # not under that subject (a RegistryError), or no subject for it: no version
                 pass
         return _Reader(avro, version if isinstance(version, int) else None)
+
+    def _with_references(self, schema_id: int, found: dict[str, Any]) -> Any:
+        """The registry's answer for a schema with references, self-contained (the named types they define
+        inlined): the referenced versions fetched as -s avro fetches them."""
+        from klog.client.deserializers import _texts, referenced_schemas
+
+        try:
+            referenced = referenced_schemas(self.registry, found["references"], DataError)
+        except RegistryError as e:  # a referenced version the registry does not give: named here
+            raise DataError(f"schema {schema_id}'s references: {e}") from None
+        return with_references_inlined([*_texts(referenced), found["schema"]], f"schema {schema_id}")
 
 
 def check_latest_reads(latest: dict[str, Any], schema_type: str, text: str,

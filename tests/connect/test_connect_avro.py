@@ -413,3 +413,96 @@ def test_scrub_invalid_names_makes_avro_names_as_confluent_does(registry_url):
     assert deserializer(data, ctx("t")) == {"my_field": 1, "inner": {"x": 2}}
     read_schema, value = c.to_connect("t", data)
     assert read_schema["name"] == "my-server.inventory.t.Value" and value == {"my_field": 1, "inner": {"x": 2}}
+
+
+MONEY = {"type": "record", "name": "Money", "namespace": "shop", "fields": [
+    {"name": "units", "type": "long"}, {"name": "currency", "type": {"type": "enum", "name": "Currency",
+                                                                     "symbols": ["EUR", "USD"]}}]}
+ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "total", "type": "Money"},
+    {"name": "refund", "type": ["null", "shop.Money"], "default": None}]}
+PAYMENT = {"type": "record", "name": "Payment", "namespace": "shop", "fields": [
+    {"name": "paid", "type": "shop.Money"}, {"name": "via", "type": "shop.Currency"}]}
+
+
+def _connect_money(optional: bool = False) -> dict:
+    currency = {"type": "string", "optional": False, "name": "shop.Currency", "parameters": {
+        "io.confluent.connect.avro.Enum": "shop.Currency", "io.confluent.connect.avro.Enum.EUR": "EUR",
+        "io.confluent.connect.avro.Enum.USD": "USD"}}
+    return {"type": "struct", "optional": optional, "name": "shop.Money",
+            "fields": [field("units", "int64"), {**currency, "field": "currency"}]}
+
+
+def _registered_references(url: str):  # noqa: ANN202 - (client, the References of Order and Payment)
+    """money, then order and payment referencing it, registered by hand as Confluent's clients would."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+
+    client, _ = confluent(url)
+    client.register_schema("money", Schema(json.dumps(MONEY), "AVRO"))
+    to_money = [SchemaReference("shop.Money", "money", 1)]
+    client.register_schema("order", Schema(json.dumps(ORDER), "AVRO", references=to_money))
+    client.register_schema("payment", Schema(json.dumps(PAYMENT), "AVRO", references=to_money))
+    return client, to_money
+
+
+def test_records_whose_schema_has_references_read_as_connect_data(registry_url):
+    """confluent-kafka's AvroSerializer writes with schemas whose named types other subjects define: a field
+    of a referenced record type, and a top-level union of two referenced records (several event types in one
+    topic). The converter reads them as Confluent's AvroData: each use of a referenced type is its
+    definition, the union Connect's io.confluent.connect.avro.Union struct with a field per record."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    client, to_money = _registered_references(registry_url)
+    c = converter(registry_url)
+    write_order = AvroSerializer(client, Schema(json.dumps(ORDER), "AVRO", references=to_money))
+    order = {"id": 7, "total": {"units": 250, "currency": "EUR"}, "refund": None}
+    schema, value = c.to_connect("orders", write_order(order, ctx("orders")))
+    connect_order = {"type": "struct", "optional": False, "name": "shop.Order", "version": 1, "fields": [
+        field("id", "int64"), {**_connect_money(), "field": "total"}, {**_connect_money(True), "field": "refund"}]}
+    assert (schema, value) == (connect_order, order)
+
+    union = Schema(json.dumps(["shop.Order", "shop.Payment"]), "AVRO", references=[
+        SchemaReference("shop.Order", "order", 1), SchemaReference("shop.Payment", "payment", 1)])
+    write_event = AvroSerializer(client, union, conf={"auto.register.schemas": False, "use.latest.version": True})
+    client.register_schema("events-value", union)
+    payment = {"paid": {"units": 3, "currency": "USD"}, "via": "USD"}
+    read = [c.to_connect("events", write_event(v, ctx("events"))) for v in (order, payment)]
+    connect_payment = {"type": "struct", "optional": True, "name": "shop.Payment", "fields": [
+        {**_connect_money(), "field": "paid"}, {**_connect_money()["fields"][1], "field": "via"}]}
+    member_order = {**{k: v for k, v in connect_order.items() if k != "version"}, "optional": True, "field": "Order"}
+    events = {"type": "struct", "optional": False, "name": "io.confluent.connect.avro.Union", "version": 1,
+              "fields": [member_order, {**connect_payment, "field": "Payment"}]}
+    assert read == [(events, {"Order": order, "Payment": None}), (events, {"Order": None, "Payment": payment})]
+
+
+def test_a_reference_the_registry_does_not_give_fails_the_record(registry_url):
+    """A referenced version the registry refuses fails the record naming the schema and the reference; a
+    registry that does not answer for it is retriable, as for the schema itself."""
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    from klog.connect.avro import RegistryError
+
+    client, to_money = _registered_references(registry_url)
+    data = AvroSerializer(client, Schema(json.dumps(ORDER), "AVRO", references=to_money))(
+        {"id": 1, "total": {"units": 1, "currency": "EUR"}, "refund": None}, ctx("orders"))
+    for failure, expected, match in ((RegistryError(404, "Subject 'money' not found."), DataError,
+                                      "schema 2's references: .*money"),
+                                     (RetriableError("no Schema Registry answered"), RetriableError, "answered")):
+        c = converter(registry_url)
+        _fail_for_money(c.registry, failure)
+        with pytest.raises(expected, match=match):
+            c.to_connect("orders", data)
+
+
+def _fail_for_money(registry, failure: Exception) -> None:  # noqa: ANN001 - the converter's RegistryClient
+    """The registry client raises `failure` for the subject money's versions, answers the rest."""
+    call = registry.call
+
+    def refusing(method: str, path: str, body: object = None) -> object:
+        if path.startswith("/subjects/money/"):
+            raise failure
+        return call(method, path, body)
+
+    registry.call = refusing
