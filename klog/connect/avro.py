@@ -794,11 +794,17 @@ class AvroConverter(Converter):
         path = f"/subjects/{quote(subject, safe='')}"
         if self.config["use.latest.version"] and not self.config["auto.register.schemas"]:
             latest = self.registry.call("GET", f"{path}/versions/latest")
+            latest_id = int(latest["id"])
+            # its references resolved as the reader resolves them (before the check: a registry not
+            # answering for them stays retriable); the check judges a type of another kind itself
+            is_avro = (latest.get("schemaType") or "AVRO") == "AVRO"
+            latest_avro = self._avro_of(latest_id, latest) if is_avro else None
             if self.config["latest.compatibility.strict"]:
                 check_latest_reads(latest, "AVRO", writer.text,
-                                   lambda avro: read_problems(_resolvable(avro), _resolvable(writer.avro)))
-            return (_Writer(writer.connect, latest_avro=json.loads(latest["schema"]), scrub=writer.scrub),
-                    int(latest["id"]))
+                                   lambda _: read_problems(_resolvable(latest_avro), _resolvable(writer.avro)))
+            if latest_avro is None:
+                raise DataError(f"the latest schema of {subject} is {latest['schemaType']}, not Avro")
+            return _Writer(writer.connect, latest_avro=latest_avro, scrub=writer.scrub), latest_id
         body = {"schema": writer.text}
         if self.config["auto.register.schemas"]:
             return writer, int(self.registry.call("POST", f"{path}/versions", body)["id"])
@@ -828,7 +834,7 @@ class AvroConverter(Converter):
         if found.get("schemaType", "AVRO") != "AVRO":
             raise DataError(f"schema {schema_id} is {found['schemaType']}, not Avro")
         references = found.get("references") or []
-        avro = self._with_references(schema_id, found) if references else json.loads(found["schema"])
+        avro = self._avro_of(schema_id, found)
         version = None
         if not (isinstance(avro, dict) and "connect.version" in avro):
             try:
@@ -839,11 +845,14 @@ class AvroConverter(Converter):
                 pass
         return _Reader(avro, version if isinstance(version, int) else None)
 
-    def _with_references(self, schema_id: int, found: dict[str, Any]) -> Any:
-        """The registry's answer for a schema with references, self-contained (the named types they define
-        inlined): the referenced versions fetched as -s avro fetches them."""
+    def _avro_of(self, schema_id: int, found: dict[str, Any]) -> Any:
+        """The Avro schema of the registry's answer for a schema (by id, or a subject's version), with
+        references self-contained (the named types they define inlined): the referenced versions fetched as
+        -s avro fetches them."""
         from klog.client.deserializers import _texts, referenced_schemas
 
+        if not found.get("references"):
+            return json.loads(found["schema"])
         try:
             referenced = referenced_schemas(self.registry, found["references"], DataError)
         except RegistryError as e:  # a referenced version the registry does not give: named here
