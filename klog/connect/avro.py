@@ -262,11 +262,23 @@ def with_references_inlined(texts: list[str], what: str = "the schema") -> Any:
     named: dict[str, Any] = {}
     try:
         for text in texts:
+            before = dict(named)
             parsed = fastavro().parse_schema(hidden_logical_types(json.loads(text)), named_schemas=named,
                                              _write_hint=False)
+            _refuse_redefinitions(before, named)
     except Exception as e:  # noqa: BLE001 - json's ValueError, fastavro's SchemaParseException and others
         raise DataError(f"{what} is not an Avro schema klog reads with its references: {e}") from None
     return _first_use(parsed, named, set())
+
+
+def _refuse_redefinitions(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A text that defines again, differently, a named type an earlier one (a reference) defined: Avro's Java
+    parser refuses it ("Can't redefine"), so Confluent registers and reads no such schema; fastavro would
+    silently take the last definition for every use. The same definition again is the type (Avro 1.12)."""
+    redefined = [name for name, definition in before.items()
+                 if after[name] is not definition and after[name] != definition]
+    if redefined:
+        raise ValueError(f"Can't redefine: {', '.join(redefined)} (a named type its references define)")
 
 
 def _first_use(avro: Any, named: dict[str, Any], defined: set[str]) -> Any:

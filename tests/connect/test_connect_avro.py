@@ -530,3 +530,19 @@ def test_use_latest_version_writes_with_a_latest_that_has_references(registry_ur
     _, deserializer = confluent(registry_url)
     assert deserializer(data, ctx("orders")) == order
     assert c.to_connect("orders", data)[1] == order
+
+
+def test_a_named_type_its_references_define_is_not_defined_again_differently():
+    """Avro's Java parser refuses a schema (or a second reference) defining again, differently, a type a
+    reference defines ("Can't redefine"), so Confluent has no such schema; klog does not silently read with
+    the last definition. The same definition again (one type reached through two references) is that type."""
+    from klog.connect.avro import with_references_inlined
+
+    money = json.dumps(MONEY)
+    other_money = {"type": "record", "name": "Money", "namespace": "shop", "fields": [{"name": "cents", "type": "int"}]}
+    order = {**ORDER, "fields": [{"name": "total", "type": other_money}]}
+    for texts in ([money, json.dumps(order)], [money, json.dumps(other_money), json.dumps(ORDER)]):
+        with pytest.raises(DataError, match="Can't redefine: shop.Money"):
+            with_references_inlined(texts)
+    twice = with_references_inlined([money, json.dumps({**ORDER, "fields": [{"name": "total", "type": MONEY}]})])
+    assert twice["fields"][0]["type"]["fields"][0] == {"name": "units", "type": "long"}
