@@ -512,7 +512,7 @@ def test_use_latest_version_writes_with_a_latest_that_has_references(registry_ur
     """use.latest.version (auto.register.schemas=false) with a latest schema whose named types other subjects
     define: resolved as the reader resolves them (checked, then written under the latest's id), so
     confluent-kafka's AvroDeserializer reads the record."""
-    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry import Schema, SchemaReference
 
     client, to_money = _registered_references(registry_url)
     latest_id = client.register_schema("orders-value", Schema(json.dumps(ORDER), "AVRO", references=to_money))
@@ -530,6 +530,16 @@ def test_use_latest_version_writes_with_a_latest_that_has_references(registry_ur
     _, deserializer = confluent(registry_url)
     assert deserializer(data, ctx("orders")) == order
     assert c.to_connect("orders", data)[1] == order
+    # a latest that is a union of referenced records (several event types in one topic): the branch named
+    events = Schema(json.dumps(["shop.Order", "shop.Payment"]), "AVRO", references=[
+        SchemaReference("shop.Order", "order", 1), SchemaReference("shop.Payment", "payment", 1)])
+    events_id = client.register_schema("events-value", events)
+    union_schema, _ = c.to_connect("orders", data)
+    union = {"type": "struct", "optional": False, "name": "io.confluent.connect.avro.Union", "fields": [
+        {**union_schema, "optional": True, "field": "Order"}]}
+    data = c.from_connect("events", union, {"Order": order})
+    assert int.from_bytes(data[1:5], "big") == events_id
+    assert deserializer(data, ctx("events")) == order
 
 
 def test_a_named_type_its_references_define_is_not_defined_again_differently():
