@@ -267,7 +267,8 @@ def with_references_inlined(texts: list[str], what: str = "the schema") -> Any:
                                              _write_hint=False)
             _refuse_redefinitions(before, named)
     except Exception as e:  # noqa: BLE001 - json's ValueError, fastavro's SchemaParseException and others
-        raise DataError(f"{what} is not an Avro schema klog reads with its references: {e}") from None
+        why = f"unknown type {e.name}" if isinstance(e, fastavro().schema.UnknownType) else str(e)
+        raise DataError(f"{what} is not an Avro schema klog reads with its references: {why}") from None
     return _first_use(parsed, named, set())
 
 
@@ -867,7 +868,7 @@ class AvroConverter(Converter):
             return json.loads(found["schema"])
         try:
             referenced = referenced_schemas(self.registry, found["references"], DataError)
-        except RegistryError as e:  # a referenced version the registry does not give: named here
+        except DataError as e:  # a referenced version the registry does not give, too many of them: named here
             raise DataError(f"schema {schema_id}'s references: {e}") from None
         return with_references_inlined([*_texts(referenced), found["schema"]], f"schema {schema_id}")
 

@@ -556,3 +556,38 @@ def test_a_named_type_its_references_define_is_not_defined_again_differently():
             with_references_inlined(texts)
     twice = with_references_inlined([money, json.dumps({**ORDER, "fields": [{"name": "total", "type": MONEY}]})])
     assert twice["fields"][0]["type"]["fields"][0] == {"name": "units", "type": "long"}
+
+
+def test_references_that_cycle_fan_out_or_are_not_avro_fail_the_record_naming_the_schema():
+    """References are followed boundedly: a cycle (through a version named `latest`) ends where it began,
+    the named type it leaves undefined is named; more than REFERENCES_MAX of them, or one that is not Avro,
+    fail the record naming its schema id."""
+    a = {"type": "record", "name": "shop.A", "fields": [{"name": "b", "type": ["null", "shop.B"]}]}
+    b = {"type": "record", "name": "shop.B", "fields": [{"name": "a", "type": ["null", "shop.A"]}]}
+    answers = {
+        "/schemas/ids/1": {"schema": json.dumps(a), "references": [{"name": "shop.B", "subject": "b", "version": 1}]},
+        "/subjects/b/versions/1": {"schema": json.dumps(b),
+                                   "references": [{"name": "shop.A", "subject": "a", "version": "latest"}]},
+        "/subjects/a/versions/latest": {"schema": json.dumps(a),
+                                        "references": [{"name": "shop.B", "subject": "b", "version": 1}]},
+        "/schemas/ids/2": {"schema": json.dumps(a), "references": [
+            {"name": f"n{i}", "subject": f"s{i}", "version": 1} for i in range(150)]},
+        "/schemas/ids/3": {"schema": json.dumps(a), "references": [{"name": "shop.B", "subject": "j", "version": 1}]},
+        "/subjects/j/versions/1": {"schema": json.dumps({"type": "object", "properties": {}}), "schemaType": "JSON"},
+    }
+    for i in range(150):
+        answers[f"/subjects/s{i}/versions/1"] = {"schema": json.dumps({"type": "fixed", "name": f"F{i}", "size": 1})}
+    calls = []
+
+    def answer(method: str, path: str, body: object = None) -> object:
+        calls.append(path)
+        return answers[path.removesuffix("?deleted=true")]
+
+    c = converter("http://127.0.0.1:9")
+    c.registry.call = answer
+    for schema_id, match in ((1, "schema 1 is not an Avro schema .*: unknown type shop.B"),
+                             (2, "schema 2's references: more than 100 schema references"),
+                             (3, "schema 3 is not an Avro schema .*: unknown type")):
+        with pytest.raises(DataError, match=match):
+            c.to_connect("t", b"\0" + schema_id.to_bytes(4, "big") + b"\0")
+    assert len(calls) == 3 + 1 + 100 + 2  # each reference fetched once, the 101st not
