@@ -870,7 +870,22 @@ class AvroConverter(Converter):
             referenced = referenced_schemas(self.registry, found["references"], DataError)
         except DataError as e:  # a referenced version the registry does not give, too many of them: named here
             raise DataError(f"schema {schema_id}'s references: {e}") from None
-        return with_references_inlined([*_texts(referenced), found["schema"]], f"schema {schema_id}")
+        return with_references_inlined([*_texts(_first_of_each_name(referenced)), found["schema"]],
+                                        f"schema {schema_id}")
+
+
+def _first_of_each_name(referenced: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """referenced_schemas' (name, text) with each reference name's first only: Confluent's resolveReferences
+    follows a name once (another version of it, reached through another path, is not parsed), so a diamond
+    over two versions of one type reads with the first, where both would define it twice."""
+    seen: set[str] = set()
+    out = []
+    for name, text in referenced:
+        if name and name in seen:
+            continue
+        seen.add(name)
+        out.append((name, text))
+    return out
 
 
 def check_latest_reads(latest: dict[str, Any], schema_type: str, text: str,

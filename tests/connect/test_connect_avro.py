@@ -591,3 +591,36 @@ def test_references_that_cycle_fan_out_or_are_not_avro_fail_the_record_naming_th
         with pytest.raises(DataError, match=match):
             c.to_connect("t", b"\0" + schema_id.to_bytes(4, "big") + b"\0")
     assert len(calls) == 3 + 1 + 100 + 2  # each reference fetched once, the 101st not
+
+
+def test_a_diamond_over_two_versions_of_a_referenced_type_reads_with_the_first():
+    """Order references money version 1, Payment version 2, a union references both: Confluent's
+    resolveReferences follows the name shop.Money once, so Payment's Money is version 1's (not a second
+    definition of it)."""
+    money_2 = {**MONEY, "fields": [*MONEY["fields"], {"name": "cents", "type": "int", "default": 0}]}
+
+    def to(subject: str, name: str, version: int = 1) -> list:
+        return [{"name": name, "subject": subject, "version": version}]
+
+    answers = {
+        "/schemas/ids/4": {"schema": json.dumps(["shop.Order", "shop.Payment"]),
+                           "references": [*to("order", "shop.Order"), *to("payment", "shop.Payment")]},
+        "/subjects/order/versions/1": {"schema": json.dumps(ORDER), "references": to("money", "shop.Money")},
+        "/subjects/payment/versions/1": {"schema": json.dumps(PAYMENT), "references": to("money", "shop.Money", 2)},
+        "/subjects/money/versions/1": {"schema": json.dumps(MONEY)},
+        "/subjects/money/versions/2": {"schema": json.dumps(money_2)},
+    }
+
+    def answer(method: str, path: str, body: object = None) -> object:
+        if path.removesuffix("?deleted=true") not in answers:
+            raise RegistryError(404, "Subject not found.")
+        return answers[path.removesuffix("?deleted=true")]
+
+    from klog.connect.avro import RegistryError
+
+    c = converter("http://127.0.0.1:9")
+    c.registry.call = answer
+    # the union's Payment (index 1): paid {units 3, currency USD}, via USD
+    schema, value = c.to_connect("events", b"\0\0\0\0\x04" + b"\x02" + b"\x06\x02" + b"\x02")
+    assert schema["fields"][1]["fields"][0] == {**_connect_money(), "field": "paid"}
+    assert value["Payment"] == {"paid": {"units": 3, "currency": "USD"}, "via": "USD"}
