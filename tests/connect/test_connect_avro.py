@@ -624,3 +624,26 @@ def test_a_diamond_over_two_versions_of_a_referenced_type_reads_with_the_first()
     schema, value = c.to_connect("events", b"\0\0\0\0\x04" + b"\x02" + b"\x06\x02" + b"\x02")
     assert schema["fields"][1]["fields"][0] == {**_connect_money(), "field": "paid"}
     assert value["Payment"] == {"paid": {"units": 3, "currency": "USD"}, "via": "USD"}
+
+
+def test_a_type_a_reference_defines_inside_another_is_defined_at_its_first_use():
+    """fin.Money defines its enum Cur (short name, in its namespace); the schema uses fin.Cur before fin.Money
+    and a referenced fixed in an array: each definition moves to its first use (as Avro's Java parser
+    gives AvroData the types), later uses are names, and the Connect schema is the same at every use."""
+    from klog.connect.avro import connect_schema, with_references_inlined
+
+    money = {"type": "record", "name": "Money", "namespace": "fin", "fields": [
+        {"name": "cur", "type": {"type": "enum", "name": "Cur", "symbols": ["EUR"]}}, {"name": "again", "type": "Cur"}]}
+    fixed = {"type": "fixed", "name": "fin.Id", "size": 2}
+    order = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "cur", "type": "fin.Cur"}, {"name": "money", "type": "fin.Money"},
+        {"name": "ids", "type": {"type": "array", "items": "fin.Id"}}, {"name": "id", "type": ["null", "fin.Id"]}]}
+    inlined = with_references_inlined([json.dumps(money), json.dumps(fixed), json.dumps(order)])
+    types = [f["type"] for f in inlined["fields"]]
+    assert types[0] == {"type": "enum", "name": "Cur", "namespace": "fin", "symbols": ["EUR"]}
+    assert types[1]["fields"][0]["type"] == types[1]["fields"][1]["type"] == "fin.Cur"
+    assert types[2]["items"] == {"type": "fixed", "name": "Id", "namespace": "fin", "size": 2}
+    assert types[3] == ["null", "fin.Id"]
+    connect = {f["field"]: f for f in connect_schema(inlined)["fields"]}
+    assert connect["money"]["fields"][0] == {**connect["cur"], "field": "cur"}
+    assert connect["id"] == {**connect["ids"]["items"], "optional": True, "field": "id"}
