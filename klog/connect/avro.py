@@ -865,7 +865,10 @@ class AvroConverter(Converter):
         from klog.client.deserializers import _texts, referenced_schemas
 
         if not found.get("references"):
-            return json.loads(found["schema"])
+            try:
+                return json.loads(found["schema"])
+            except (ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
+                raise DataError(f"schema {schema_id} is not an Avro schema: {e}") from None
         try:
             referenced = referenced_schemas(self.registry, found["references"], DataError)
         except DataError as e:  # a referenced version the registry does not give, too many of them: named here

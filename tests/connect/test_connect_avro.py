@@ -647,3 +647,19 @@ def test_a_type_a_reference_defines_inside_another_is_defined_at_its_first_use()
     connect = {f["field"]: f for f in connect_schema(inlined)["fields"]}
     assert connect["money"]["fields"][0] == {**connect["cur"], "field": "cur"}
     assert connect["id"] == {**connect["ids"]["items"], "optional": True, "field": "id"}
+
+
+def test_a_schema_text_that_is_not_json_fails_the_record():
+    """A registry answering a text that is not JSON for an Avro schema (or the latest version) fails the
+    record with a DataError (errors.tolerance applies), not json's ValueError."""
+    answers = {"/schemas/ids/1": {"schema": "{not json"},
+               "/subjects/t-value/versions/latest": {"schema": "[" * 100_000, "id": 1}}
+    record = {"type": "struct", "optional": False, "name": "R", "fields": [field("id", "int64")]}
+    for strict in ("true", "false"):
+        c = converter("http://127.0.0.1:9", **{"use.latest.version": "true", "auto.register.schemas": "false",
+                                               "latest.compatibility.strict": strict})
+        c.registry.call = lambda method, path, body=None: answers[path]
+        with pytest.raises(DataError, match="schema 1 is not an Avro schema"):
+            c.to_connect("t", b"\0\0\0\0\x01\x00")
+        with pytest.raises(DataError, match="schema 1 is not an Avro schema"):
+            c.from_connect("t", record, {"id": 1})
