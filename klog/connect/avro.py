@@ -292,13 +292,13 @@ def _first_use(avro: Any, named: dict[str, Any], defined: set[str]) -> Any:
     if not isinstance(avro, dict):
         return avro
     kind = avro.get("type")
-    if kind in AVRO_NAMED:
+    if kind in AVRO_NAMED or kind == "error":  # an error is a record (which connect_schema refuses, by name)
         if avro["name"] in defined:
             return avro["name"]
         defined.add(avro["name"])  # before its fields: a recursive use stays a name
         namespace, short = split_name(avro["name"])
         out = {**avro, "name": short, "namespace": namespace or ""}  # "": not the enclosing one
-        if kind == "record":
+        if kind in ("record", "error"):
             out["fields"] = [{**f, "type": _first_use(f["type"], named, defined)} for f in avro["fields"]]
         return out
     out = dict(avro)

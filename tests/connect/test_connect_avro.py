@@ -663,3 +663,19 @@ def test_a_schema_text_that_is_not_json_fails_the_record():
             c.to_connect("t", b"\0\0\0\0\x01\x00")
         with pytest.raises(DataError, match="schema 1 is not an Avro schema"):
             c.from_connect("t", record, {"id": 1})
+
+
+def test_an_avro_error_type_with_references_fails_the_record_as_without_them():
+    """Avro's error (a record of protocols) a reference defines, or one using a referenced type: inlined as
+    the named type it is, then refused by name as klog refuses it without references (a DataError, not a
+    KeyError escaping the converter)."""
+    from klog.connect.avro import connect_schema, with_references_inlined
+
+    error = {"type": "error", "name": "E", "fields": [{"name": "r", "type": "R"}]}
+    texts = [json.dumps({"type": "record", "name": "R", "fields": []}), json.dumps(error),
+             json.dumps({"type": "record", "name": "O", "fields": [{"name": "e", "type": "E"}]})]
+    inlined = with_references_inlined(texts)
+    assert inlined["fields"][0]["type"]["fields"][0]["type"] == {"type": "record", "name": "R", "namespace": "",
+                                                                 "fields": []}
+    with pytest.raises(DataError, match="unknown Avro type 'error'"):
+        connect_schema(inlined)
