@@ -642,17 +642,17 @@ class Server:
                         dispatch.accepted(prefix.api_key))
             return None
         try:
-            client_id, body_at, schema = framing.parse_header(frame, prefix)
             # every request, however small: its arrays' counts are checked against the bytes left
             # before kio's reader allocates room for them (ArrayPastFrame)
             bound = self.limits.max_request_entries
-            if entries_here is not None and entries_here < bound:
-                try:
-                    entries = count_entries(frame, body_at, schema, entries_here)
-                except TooManyEntries:
-                    return _IN_THREAD
-            else:
-                entries = count_entries(frame, body_at, schema, bound)
+            here = entries_here is not None and entries_here < bound
+            try:  # (a header of many tagged fields goes to the parse threads too: its walk costs alike)
+                client_id, body_at, schema = framing.parse_header(frame, prefix, entries_here if here else None)
+                entries = count_entries(frame, body_at, schema, entries_here if here else bound)
+            except TooManyEntries:
+                if not here:
+                    raise  # (refused, below)
+                return _IN_THREAD
             try:
                 request = framing.parse_body(frame, body_at, schema, prefix.api_version)
             except framing.FrameError as e:
