@@ -726,7 +726,8 @@ class Server:
         if isinstance(response, framing.RawBody):
             await response.send(writer, prefix.correlation_id)
         else:
-            if item.entries > ENCODE_INLINE_ENTRIES:  # a big answer is written in a thread, like its parse
+            # a big answer is written in a thread, like its parse (a small request may ask for one)
+            if item.entries > ENCODE_INLINE_ENTRIES or framing.entries_past(response, ENCODE_INLINE_ENTRIES):
                 data = await asyncio.get_running_loop().run_in_executor(self.parse_executor, framing.encode_response,
                                                                         prefix.correlation_id, response)
             else:

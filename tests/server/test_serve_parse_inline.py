@@ -97,3 +97,25 @@ def test_a_big_request_of_many_tagged_fields_is_parsed_in_a_thread(kafka_server,
     assert answer[:4] == struct.pack(">i", 9)  # answered (its correlation id)
     assert b"free" in answer
     assert len(parsed_in) == 1 and parsed_in[0].startswith("klog-serve-parse")
+
+
+def test_a_big_answer_to_a_small_request_is_encoded_in_a_thread(kafka_server, monkeypatch):
+    # DescribeLogDirs of all topics: a request of a few bytes, an answer of an entry per partition
+    # (kio's writer: 13,000 partitions took the event loop ~17 ms)
+    from klog.protocol import framing
+    from tests.serve_helpers import RawClient
+
+    threads: list[str] = []
+    real = framing.encode_response
+
+    def recording(*args):  # noqa: ANN002, ANN202
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    kafka_server.store.create_topic("wide", server_module.ENCODE_INLINE_ENTRIES + 1)
+    monkeypatch.setattr(framing, "encode_response", recording)
+    with RawClient(kafka_server.port) as client:
+        answer = client.send(35, 1, topics=None)
+    [result] = answer.results
+    assert sum(len(t.partitions) for t in result.topics) == server_module.ENCODE_INLINE_ENTRIES + 1
+    assert len(threads) == 1 and threads[0].startswith("klog-serve-parse")
