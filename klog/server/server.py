@@ -646,9 +646,16 @@ class Server:
             # before kio's reader allocates room for them (ArrayPastFrame)
             bound = self.limits.max_request_entries
             here = entries_here is not None and entries_here < bound
-            try:  # (a header of many tagged fields goes to the parse threads too: its walk costs alike)
-                client_id, body_at, schema = framing.parse_header(frame, prefix, entries_here if here else None)
-                entries = count_entries(frame, body_at, schema, entries_here if here else bound)
+            limit = entries_here if here else bound
+            try:  # (a header's tagged fields are bounded as entries: their walk costs alike)
+                client_id, body_at, schema = framing.parse_header(frame, prefix, limit)
+            except TooManyEntries:
+                if here:
+                    return _IN_THREAD
+                # (no client sends any: header v2 defines none)
+                raise framing.FrameError(f"a request header of more than {limit} tagged fields") from None
+            try:
+                entries = count_entries(frame, body_at, schema, limit)
             except TooManyEntries:
                 if not here:
                     raise  # (refused, below)

@@ -119,3 +119,20 @@ def test_a_big_answer_to_a_small_request_is_encoded_in_a_thread(kafka_server, mo
     [result] = answer.results
     assert sum(len(t.partitions) for t in result.topics) == server_module.ENCODE_INLINE_ENTRIES + 1
     assert len(threads) == 1 and threads[0].startswith("klog-serve-parse")
+
+
+def test_tagged_fields_past_the_entries_limit_are_refused_in_the_body_and_close_in_the_header(data_dir):
+    # 9 MB of header tags took a parse thread ~1.1 s (100 MB may come): no client sends any
+    from klog.server import Server
+    from klog.server.limits import ServeLimits
+
+    with Server(data_dir, listen=("127.0.0.1", 0), limits=ServeLimits(max_request_entries=10)) as server, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_metadata_v12(body_tags=_tags(9)))  # (with its topic entry, within the limit: answered)
+        assert b"free" in read_answer(sock)
+        sock.sendall(_metadata_v12(body_tags=_tags(11)))  # INVALID_REQUEST (42): the answer's error code
+        refused = read_answer(sock)
+        assert refused[:4] == struct.pack(">i", 9) and b"free" not in refused
+        sock.sendall(_metadata_v12(header_tags=_tags(11)))
+        with pytest.raises(ConnectionError):
+            read_answer(sock)
