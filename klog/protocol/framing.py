@@ -160,29 +160,34 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     return out
 
 
-# an entity class's fields that hold arrays or entities: (name, whether an array's items are entities)
-_nested: dict[type, tuple[tuple[str, bool], ...]] = {}
+# an entity class's fields that hold arrays or entities, as (name, kind): _LEAVES an array whose
+# items hold no array (primitives, or entities of primitives: counted, not looked into), _NESTED an
+# array of entities holding arrays, _STRUCT an entity
+_LEAVES, _NESTED, _STRUCT = 0, 1, 2
+_nested: dict[type, tuple[tuple[str, int], ...]] = {}
 
 
-def _nested_fields(cls: type) -> tuple[tuple[str, bool], ...]:
+def _nested_fields(cls: type) -> tuple[tuple[str, int], ...]:
     found = _nested.get(cls)
     if found is not None:
         return found
+    _nested[cls] = ()  # (a schema's entities nest no cycle; this only ends one)
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        if is_optional(hint):
-            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        hint = _not_none(hints[f.name])
         if typing.get_origin(hint) is tuple:
-            item = typing.get_args(hint)[0]
-            if is_optional(item):
-                item = next(a for a in typing.get_args(item) if a is not type(None))
-            out.append((f.name, dataclasses.is_dataclass(item)))
+            item = _not_none(typing.get_args(hint)[0])
+            nested = dataclasses.is_dataclass(item) and bool(_nested_fields(item))
+            out.append((f.name, _NESTED if nested else _LEAVES))
         elif dataclasses.is_dataclass(hint):
-            out.append((f.name, False))
+            out.append((f.name, _STRUCT))
     _nested[cls] = result = tuple(out)
     return result
+
+
+def _not_none(hint: Any) -> Any:
+    return next(a for a in typing.get_args(hint) if a is not type(None)) if is_optional(hint) else hint
 
 
 def entries_past(response: Any, limit: int) -> bool:
@@ -192,16 +197,18 @@ def entries_past(response: Any, limit: int) -> bool:
     count, stack = 0, [response]
     while stack:
         entity = stack.pop()
-        for name, of_entities in _nested_fields(entity.__class__):
+        for name, kind in _nested_fields(entity.__class__):
             value = getattr(entity, name)
-            if value.__class__ is tuple:
-                count += len(value)
-                if count > limit:
-                    return True
-                if of_entities:
-                    stack.extend(value)
-            elif value is not None and not of_entities and dataclasses.is_dataclass(value):
+            if value is None:
+                continue
+            if kind == _STRUCT:
                 stack.append(value)
+                continue
+            count += len(value)
+            if count > limit:
+                return True
+            if kind == _NESTED:
+                stack.extend(value)
     return False
 
 

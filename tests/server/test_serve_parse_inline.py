@@ -136,3 +136,25 @@ def test_tagged_fields_past_the_entries_limit_are_refused_in_the_body_and_close_
         sock.sendall(_metadata_v12(header_tags=_tags(11)))
         with pytest.raises(ConnectionError):
             read_answer(sock)
+
+
+def test_entries_past_counts_every_array_of_an_answer_nested_ones_included():
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i32Timedelta
+
+    from klog.protocol.framing import entries_past
+
+    mod = payload_module(35, 1, EntityType.response)
+
+    def topic(name: str, partitions: int):  # noqa: ANN202
+        return make(mod.DescribeLogDirsTopic, name=name, partitions=tuple(make(
+            mod.DescribeLogDirsPartition, partition_index=i, partition_size=0, offset_lag=0, is_future_key=False)
+            for i in range(partitions)))
+
+    answer = make(mod.DescribeLogDirsResponse, throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+                  error_code=ErrorCode.none, results=(make(
+                      mod.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir="/d", total_bytes=0,
+                      usable_bytes=0, topics=(topic("a", 3), topic("b", 0), topic("c", 5))),))
+    assert [entries_past(answer, limit) for limit in (11, 12)] == [True, False]  # 1 + 3 + 8 entries
