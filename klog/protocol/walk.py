@@ -5,7 +5,8 @@ kio's reader reserves room for every entry an array claims before reading them: 
 Both ends of klog walk what they read first: `klog serve` every request (klog.server), the cluster
 client every response (klog.client.remote.wire). An array claiming more entries than bytes are left
 is refused (ArrayPastFrame), as Kafka's readers refuse it; the walk also counts entries (the
-server's bound on a request's) and finds tagged fields a schema does not know. It is generic over
+server's bound on a request's; a tagged field counts as one: 20,000 unknown ones in 64 KiB cost a
+parse ~24 ms) and finds tagged fields a schema does not know. It is generic over
 kio's schema classes: requests, responses and their headers, flexible or not."""
 
 from __future__ import annotations
@@ -304,6 +305,7 @@ class _Walker:
         the entity does not know are noted in `unknown_tags`, when it is a list."""
         start = pos
         n, pos = self._uvarint(pos)
+        self._add(n, pos)  # (counted as entries: a tagged field costs a parse as much as an entry)
         count_end, unknown = pos, []
         for _ in range(n):
             field_start = pos
@@ -356,6 +358,7 @@ class _Walker:
                     pos += 1
                 else:
                     count, pos = uvarint(pos)
+                    self._add(count, pos)
                     for _ in range(count):
                         _, pos = uvarint(pos)
                         length, pos = uvarint(pos)

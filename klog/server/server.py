@@ -642,17 +642,24 @@ class Server:
                         dispatch.accepted(prefix.api_key))
             return None
         try:
-            client_id, body_at, schema = framing.parse_header(frame, prefix)
             # every request, however small: its arrays' counts are checked against the bytes left
             # before kio's reader allocates room for them (ArrayPastFrame)
             bound = self.limits.max_request_entries
-            if entries_here is not None and entries_here < bound:
-                try:
-                    entries = count_entries(frame, body_at, schema, entries_here)
-                except TooManyEntries:
+            here = entries_here is not None and entries_here < bound
+            limit = entries_here if here else bound
+            try:  # (a header's tagged fields are bounded as entries: their walk costs alike)
+                client_id, body_at, schema = framing.parse_header(frame, prefix, limit)
+            except TooManyEntries:
+                if here:
                     return _IN_THREAD
-            else:
-                entries = count_entries(frame, body_at, schema, bound)
+                # (no client sends any: header v2 defines none)
+                raise framing.FrameError(f"a request header of more than {limit} tagged fields") from None
+            try:
+                entries = count_entries(frame, body_at, schema, limit)
+            except TooManyEntries:
+                if not here:
+                    raise  # (refused, below)
+                return _IN_THREAD
             try:
                 request = framing.parse_body(frame, body_at, schema, prefix.api_version)
             except framing.FrameError as e:
@@ -726,7 +733,8 @@ class Server:
         if isinstance(response, framing.RawBody):
             await response.send(writer, prefix.correlation_id)
         else:
-            if item.entries > ENCODE_INLINE_ENTRIES:  # a big answer is written in a thread, like its parse
+            # a big answer is written in a thread, like its parse (a small request may ask for one)
+            if item.entries > ENCODE_INLINE_ENTRIES or framing.entries_past(response, ENCODE_INLINE_ENTRIES):
                 data = await asyncio.get_running_loop().run_in_executor(self.parse_executor, framing.encode_response,
                                                                         prefix.correlation_id, response)
             else:
