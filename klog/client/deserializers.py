@@ -34,6 +34,9 @@ _PACK_INTS = {"b": (1, True), "B": (1, False), "h": (2, True), "H": (2, False), 
 MAGIC = 0
 SCHEMAS_KEPT = 1000  # schema ids whose readers are kept (a topic holds a few; a hostile one cannot grow this)
 REFERENCES_MAX = 100  # referenced schemas followed for one schema (Avro named types across subjects)
+# entries of the reference lists walked for one schema (each may name an already fetched version again): a
+# hostile registry's 100 lists of 100,000 entries each held every record's read ~3 s
+REFERENCE_ENTRIES_MAX = 10_000
 REGISTRY_TIMEOUT_S = 10.0  # for each answer of the registry, in all
 REFERENCES_TIMEOUT_S = 10.0  # for all the references of one schema
 
@@ -235,7 +238,8 @@ class RecordDecoder:
 
 def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -> list[tuple[str, str]]:
     """(name, text) of the schemas `references` name (Confluent's {name, subject, version}), theirs first;
-    each fetched once (references may cycle), at most REFERENCES_MAX, all within REFERENCES_TIMEOUT_S (a
+    each fetched once (references may cycle), at most REFERENCES_MAX (and REFERENCE_ENTRIES_MAX entries of
+    their lists walked), all within REFERENCES_TIMEOUT_S (a
     registry that answers each just within its timeout does not hold the caller for REFERENCES_MAX of them).
     Avro takes the texts (named types), JSON Schema the names too (its `$ref`s name them)."""
     from urllib.parse import quote
@@ -246,8 +250,12 @@ def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -
     fetched: dict[tuple[str, str], str | None] = {}
     out: list[tuple[str, str]] = []
     names: set[str] = set()
+    walked = [0]
 
     def follow(refs: Any) -> None:
+        walked[0] += len(refs) if isinstance(refs, list) else 0
+        if walked[0] > REFERENCE_ENTRIES_MAX:
+            raise error(f"more than {REFERENCE_ENTRIES_MAX} schema reference entries")
         for ref in refs:
             if not isinstance(ref, dict) or "subject" not in ref:
                 raise error(f"a schema reference the registry gave is not {{name, subject, version}}: {ref}")

@@ -469,6 +469,18 @@ def test_schema_references_that_cycle_are_followed_once_and_a_fan_out_is_bounded
     assert "offset 1 as avro: more than 100 schema references" in done.stderr
 
 
+def test_reference_lists_walked_for_one_schema_are_bounded(cli, data_dir):
+    """One referenced version named again and again (a hostile registry's long lists): the walk stops at
+    REFERENCE_ENTRIES_MAX entries with one line, instead of holding every record's read for seconds."""
+    again = [{"name": "shop.Line", "subject": "line", "version": 1}] * 20_000
+    answers = {"/schemas/ids/11": {"schema": '"string"', "references": again},
+               "/subjects/line/versions/1": {"schema": '"string"', "references": again}}
+    produce(data_dir, "t", [(None, framed(11, "string", "y"))])
+    with stub_registry(answers) as url:
+        done = cli("consume", "t", "-s", "avro", "-r", url)
+    assert done.exit_code == 1 and "more than 10000 schema reference entries" in done.stderr
+
+
 def test_schema_references_share_one_deadline(cli, data_dir, monkeypatch):
     """Each answer within the timeout, but REFERENCES_MAX of them would hold the read that many times over."""
     import time
