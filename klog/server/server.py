@@ -601,9 +601,7 @@ class Server:
             if conn.raw_sasl and not conn.authenticated:
                 item = raw_sasl_token(frame)  # after a SaslHandshake v0: a SASL token without Kafka's framing
             else:
-                item = self._parse_on_loop(frame, peer)
-                if item is _IN_THREAD:  # the loop keeps answering the others meanwhile
-                    item = await self._loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
+                item = await self._parsed(frame, peer)
             # pipelined Produce requests (none queued behind this one: answered as any request)
             while item is not None and proto.has_frames() and self._groupable(item, conn):
                 group, item = await self._produce_group(item, proto, peer)
@@ -618,6 +616,14 @@ class Server:
         finally:
             self._connections[task] = proto.busy = False
             proto.last_active = self._loop.time()
+
+    async def _parsed(self, frame: bytes, peer: str) -> _Parsed | None:
+        """The request in `frame` (None: the connection must close), parsed on the loop when that is
+        cheap (_parse_on_loop), else in the parse threads while the loop keeps answering the others."""
+        item = self._parse_on_loop(frame, peer)
+        if item is _IN_THREAD:
+            item = await self._loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
+        return item
 
     def _parse_on_loop(self, frame: bytes, peer: str) -> Any:
         """The request in `frame` parsed here when it is small or holds few entries, or None (the
@@ -762,9 +768,7 @@ class Server:
             frame = proto.queued_frame(PRODUCE, first.prefix.api_version)
             if frame is None:
                 return group, _NO_ITEM
-            parsed = self._parse_on_loop(frame, peer)
-            if parsed is _IN_THREAD:
-                parsed = await self._loop.run_in_executor(self.parse_executor, self._parse, frame, peer)
+            parsed = await self._parsed(frame, peer)
             if parsed is None or parsed.request is None or parsed.refusal is not None:
                 return group, parsed
             group.append(parsed)
