@@ -219,7 +219,7 @@ class RecordDecoder:
 
         fastavro = _fastavro()
         try:
-            texts = [*_texts(referenced_schemas(self.registry, found.get("references") or [], DecodeError)),
+            texts = [*avro_texts(referenced_schemas(self.registry, found.get("references") or [], DecodeError)),
                      found["schema"]]
             read_json = avro_json_reader(fastavro, [without_logical_types(json.loads(t)) for t in texts])
         except DecodeError:
@@ -286,9 +286,19 @@ def referenced_schemas(registry: Any, references: Any, error: type[KlogError]) -
     return out
 
 
-def _texts(named: list[tuple[str, str]]) -> list[str]:
-    """The texts of referenced_schemas, each once (Avro defines each named type once)."""
-    return list(dict.fromkeys(text for _, text in named))
+def avro_texts(named: list[tuple[str, str]]) -> list[str]:
+    """The texts of referenced_schemas an Avro schema's named types come from: each reference name's first
+    only, as Confluent's resolveReferences follows a name once (another version of it reached through
+    another path is not parsed: a diamond over two versions of one type reads with the first, where both
+    would define it twice), and each text once (Avro defines each named type once)."""
+    seen: set[str] = set()
+    texts = []
+    for name, text in named:
+        if name and name in seen:
+            continue
+        seen.add(name)
+        texts.append(text)
+    return list(dict.fromkeys(texts))
 
 
 def open_registry(formats: set[str], registry_url: str | None) -> Any:

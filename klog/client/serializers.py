@@ -26,7 +26,7 @@ from klog.client.deserializers import (
     MAGIC,
     REGISTRY_FORMATS,
     _fastavro,
-    _texts,
+    avro_texts,
     open_registry,
     parse_serdes,
     referenced_schemas,
@@ -128,7 +128,7 @@ class RecordEncoder:
             # Schema's documents its $refs name
             referenced = referenced_schemas(self.registry, found.get("references") or [], KlogError) \
                 if fmt != "protobuf" else []
-            texts = [*_texts(referenced), found["schema"]]
+            texts = [*avro_texts(referenced), found["schema"]]
         except RegistryAnswerError as e:
             raise KlogError(f"the {field} schema for {subject}: {e}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as e:  # an answer not shaped as the API's

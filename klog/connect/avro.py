@@ -862,7 +862,7 @@ class AvroConverter(Converter):
         """The Avro schema of the registry's answer for a schema (by id, or a subject's version), with
         references self-contained (the named types they define inlined): the referenced versions fetched as
         -s avro fetches them."""
-        from klog.client.deserializers import _texts, referenced_schemas
+        from klog.client.deserializers import avro_texts, referenced_schemas
 
         if not found.get("references"):
             try:
@@ -873,22 +873,8 @@ class AvroConverter(Converter):
             referenced = referenced_schemas(self.registry, found["references"], DataError)
         except DataError as e:  # a referenced version the registry does not give, too many of them: named here
             raise DataError(f"schema {schema_id}'s references: {e}") from None
-        return with_references_inlined([*_texts(_first_of_each_name(referenced)), found["schema"]],
+        return with_references_inlined([*avro_texts(referenced), found["schema"]],
                                         f"schema {schema_id}")
-
-
-def _first_of_each_name(referenced: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """referenced_schemas' (name, text) with each reference name's first only: Confluent's resolveReferences
-    follows a name once (another version of it, reached through another path, is not parsed), so a diamond
-    over two versions of one type reads with the first, where both would define it twice."""
-    seen: set[str] = set()
-    out = []
-    for name, text in referenced:
-        if name and name in seen:
-            continue
-        seen.add(name)
-        out.append((name, text))
-    return out
 
 
 def check_latest_reads(latest: dict[str, Any], schema_type: str, text: str,
