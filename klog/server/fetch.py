@@ -18,8 +18,10 @@ by sendfile), transactions to walk (read_committed), down-conversion, any error.
 Cold reads: a range not in the page cache is read in by the worker thread before the event loop
 sendfiles it (klog/server/pagecache.py), so a slow disk holds that fetch, not every connection.
 
-Fetch sessions (KIP-227) are declined as Kafka does when its cache is full: session id 0 in the
-answer, so clients send full fetch requests.
+Fetch sessions (KIP-227, klog/server/fetch_sessions.py): a Fetch v7+ that asks for one (epoch 0)
+is answered a session id; the session's later Fetches (epoch 1, 2, ...) name only what changed, and
+are answered only the partitions with something to say. The partitions read, waited on and
+authorized are the session's, every time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.fetch_response import encode, encode_one
+from klog.server.fetch_sessions import FINAL_EPOCH, cache_of, new_context
 from klog.server.throttle import fetch_max_bytes
 from klog.store import topic_read
 from klog.store.names import validate_topic_name
@@ -449,16 +452,19 @@ def _close(answers: list[TopicAnswer]) -> None:
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     response_type = response_schema(FETCH, version)  # (cached per version)
-    if version >= 7 and int(request.session_id) != 0:
-        # we never hand out a session, so a client naming one is out of date with us
-        return encode(response_type, version, [], E.fetch_session_id_not_found)
+    session = None
+    if version >= 7 and (int(request.session_epoch) != FINAL_EPOCH or int(request.session_id) != 0):
+        session = new_context(cache_of(ctx.server), request, version, ctx.share_key, time.monotonic(), ctx.log)
+        if session.error:  # (Kafka's SessionErrorContext: nothing read, no session named)
+            return encode(response_type, version, [], session.error)
+    wanted = request if session is None else session.request  # (an incremental fetch: the session's partitions)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
     while True:
-        collected = _collect_inline(ctx, request)
+        collected = _collect_inline(ctx, wanted)
         if collected is None:
-            collected = await ctx.run_blocking(_collect, ctx, request)
+            collected = await ctx.run_blocking(_collect, ctx, wanted)
         answers, total, errors = collected
         if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
             break
@@ -471,14 +477,20 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             # stands, without reading every partition again (the common case of an idle consumer)
             _clear(answers)
             break
-    return _answer(response_type, version, answers)
+    if session is None:
+        return _answer(response_type, version, answers)
+    answers, session_id, error = session.finish(answers, time.monotonic())
+    if error:
+        _close(answers)
+        return encode(response_type, version, [], error, session_id)
+    return _answer(response_type, version, answers, session_id)
 
 
-def _answer(response_type: type, version: int, answers: list[TopicAnswer]) -> RawBody:
+def _answer(response_type: type, version: int, answers: list[TopicAnswer], session_id: int = 0) -> RawBody:
     """The response: encode_one's for the usual answer to a consumer (one partition, its bytes
     read or none, no aborted transactions), else encode's."""
     if len(answers) == 1 and version >= 4 and len(answers[0].partitions) == 1:
         p = answers[0].partitions[0]
         if p.range is None and p.converted is None and not p.aborted:
-            return encode_one(response_type, version, answers[0], p)
-    return encode(response_type, version, answers)
+            return encode_one(response_type, version, answers[0], p, session_id)
+    return encode(response_type, version, answers, session_id=session_id)

@@ -24,13 +24,14 @@ _PARTITION_V5 = struct.Struct(">ihqqq")  # partition index, error code, high wat
 _PARTITION_V4 = struct.Struct(">ihqq")  # partition index, error code, high watermark, last stable offset
 
 
-def encode(response_type: type, version: int, answers: list[Any], error: int = 0) -> RawBody:
-    """The answer of `answers` (fetch.TopicAnswer: each topic's name or id and its partitions' answers)."""
+def encode(response_type: type, version: int, answers: list[Any], error: int = 0, session_id: int = 0) -> RawBody:
+    """The answer of `answers` (fetch.TopicAnswer: each topic's name or id and its partitions' answers);
+    v7+: the top-level `error` and fetch `session_id` (0: none)."""
     flexible = version >= FIRST_FLEXIBLE
     parts: list[bytes | FileRange] = []
     head = bytearray(struct.pack(">i", 0) if version >= 1 else b"")  # throttle_time_ms (v1+)
     if version >= 7:
-        head += struct.pack(">hi", error, 0)  # error code, session id 0: no session
+        head += struct.pack(">hi", error, session_id)
     head += _uvarint(len(answers) + 1) if flexible else struct.pack(">i", len(answers))
     buf = head
     replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica (v11+): none
@@ -94,10 +95,10 @@ _NO_ABORTED = {v: (b"\1" if v >= FIRST_FLEXIBLE else b"\0\0\0\0") + (_I32.pack(-
                for v in range(4, 18)}
 
 
-def encode_one(response_type: type, version: int, topic: Any, p: Any) -> RawBody:
+def encode_one(response_type: type, version: int, topic: Any, p: Any, session_id: int = 0) -> RawBody:
     """encode()'s answer for one topic (fetch.TopicAnswer) of one partition `p` (a
     fetch.PartitionAnswer, Fetch v4+) with no aborted transactions and no byte range to send:
-    its bytes read (`data`), or none."""
+    its bytes read (`data`), or none; v7+: in fetch session `session_id` (0: none)."""
     key = topic.topic_id if version >= 13 else topic.name
     head = _one_heads.get((version, key))
     if head is None:
@@ -107,6 +108,8 @@ def encode_one(response_type: type, version: int, topic: Any, p: Any) -> RawBody
         # (the empty topic's bytes: its partition count says 0, then its tags and the response's)
         head = whole[:len(whole) - (3 if version >= FIRST_FLEXIBLE else 4)]
         head = _one_heads[(version, key)] = head + (b"\2" if version >= FIRST_FLEXIBLE else b"\0\0\0\1")
+    if session_id:  # (v7+: throttle time, error code, then the session id)
+        head = head[:6] + _I32.pack(session_id) + head[10:]
     data = p.data
     if version >= 5:
         entry = _PARTITION_V5.pack(p.partition, p.error, p.high_watermark, p.upper, p.log_start_offset)
