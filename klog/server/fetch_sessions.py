@@ -52,27 +52,29 @@ def next_epoch(epoch: int) -> int:
 
 class CachedPartition:
     """One partition of a session: what its client last asked (named as a request's partition, so
-    that klog.server.fetch reads the session's partitions as a request's) and what it was last told."""
+    that klog.server.fetch reads the session's partitions as a request's) and what it was last told.
+    (A follower's fields, its log start and last fetched epoch, are not kept: klog serves consumers.)"""
 
-    __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset",
-                 "last_fetched_epoch", "high_watermark", "local_log_start")
+    __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "high_watermark",
+                 "local_log_start")
 
-    def __init__(self, p: Any) -> None:
-        self.partition = int(p.partition)
-        self.high_watermark = self.local_log_start = -1
-        self.update(p)
+    def __init__(self, p: Any, high_watermark: int = -1, local_log_start: int = -1) -> None:
+        self.partition = p.partition
+        self.fetch_offset = p.fetch_offset
+        self.partition_max_bytes = p.partition_max_bytes
+        self.current_leader_epoch = getattr(p, "current_leader_epoch", None)  # (v9+)
+        self.high_watermark, self.local_log_start = high_watermark, local_log_start
 
     def update(self, p: Any) -> None:
-        self.fetch_offset = int(p.fetch_offset)
-        self.partition_max_bytes = int(p.partition_max_bytes)
+        self.fetch_offset = p.fetch_offset
+        self.partition_max_bytes = p.partition_max_bytes
         self.current_leader_epoch = getattr(p, "current_leader_epoch", None)
-        self.log_start_offset = getattr(p, "log_start_offset", -1)
-        self.last_fetched_epoch = getattr(p, "last_fetched_epoch", -1)
 
-    def must_respond(self, answer: Any) -> bool:
+    def must_respond(self, answer: Any, size: int) -> bool:
         """Kafka's maybeUpdateResponseData: whether the partition's `answer` (a
-        fetch.PartitionAnswer) goes to the client, what it says now being what the client knows."""
-        respond = answer.size > 0  # records
+        fetch.PartitionAnswer, with `size` bytes of records) goes to the client, what it says now
+        being what the client knows."""
+        respond = size > 0  # records
         if self.high_watermark != answer.high_watermark:
             respond = True
             self.high_watermark = answer.high_watermark
@@ -132,7 +134,7 @@ class FetchSession:
         for t in request.topics:
             topic = t.topic_id if by_ids else str(t.topic)
             for p in t.partitions:
-                key = (topic, int(p.partition))
+                key = (topic, p.partition)
                 cached = parts.get(key)
                 if cached is None:
                     parts[key] = CachedPartition(p)
@@ -316,9 +318,7 @@ class Context:
             for t, answer in zip(self.request.topics, answers, strict=True):
                 topic = t.topic_id if self.by_ids else str(t.topic)
                 for p, a in zip(t.partitions, answer.partitions, strict=True):
-                    cached = CachedPartition(p)
-                    cached.high_watermark, cached.local_log_start = a.high_watermark, a.log_start_offset
-                    parts[(topic, cached.partition)] = cached
+                    parts[(topic, p.partition)] = CachedPartition(p, a.high_watermark, a.log_start_offset)
             session_id = cache.create(now, self.privileged, self.owner, self.by_ids, parts)
             cache.stats["answered"] += sum(len(t.partitions) for t in answers)
             return answers, session_id, E.none
@@ -330,16 +330,16 @@ class Context:
         parts = session.parts
         out = []
         answered = 0
-        for t, answer in zip(self.request.topics, answers, strict=True):
+        for t, answer in zip(self.request.topics, answers, strict=True):  # (the session's partitions, in order)
             topic = t.topic_id if session.by_ids else t.topic
             kept = []
-            for a in answer.partitions:
-                key = (topic, a.partition)
-                cached = parts.get(key)
-                if cached is None or cached.must_respond(a):
+            for cached, a in zip(t.partitions, answer.partitions, strict=True):
+                size = a.size
+                if cached.must_respond(a, size):
                     kept.append(a)
-                    if cached is not None and a.size > 0:
-                        parts[key] = parts.pop(key)  # (to the end: the others' turn first next time)
+                    if size:  # (to the end: the others' turn first next time)
+                        key = (topic, cached.partition)
+                        parts[key] = parts.pop(key)
                 elif a.range is not None:
                     a.range.close()
             if kept:

@@ -303,3 +303,26 @@ def test_one_client_holds_at_most_its_share_and_never_evicts_another():
     session = cache.get(other)
     session.parts.update({("u", i): CachedPartition(_P(i)) for i in range(1)})
     assert cache.over_bounds(session)
+
+
+def test_a_session_past_its_clients_share_is_dropped_and_the_client_fetches_in_full(kafka_server, store):
+    store.create_topic("big", partitions=4)
+    cache = fetch_sessions.cache_of(kafka_server)
+    cache.share_partitions = 3  # (the share of a cache of 12 partitions at the default quarter)
+    with RawClient(kafka_server.port) as client:
+        sid = _fetch(client, 0, 0, {("big", p): 0 for p in range(3)}).session_id
+        assert sid and cache.held == {"User:ANONYMOUS at 127.0.0.1": [1, 3]}
+        grown = _fetch(client, sid, 1, {("big", 3): 0})  # a fourth partition: past the share
+        assert (grown.error_code, grown.session_id, _answered(grown)) == (NOT_FOUND, 0, {})
+        assert not cache.sessions and not cache.held
+        full = _fetch(client, 0, 0, {("big", p): 0 for p in range(4)})  # no session for it: answered in full
+        assert (full.error_code, full.session_id, len(_answered(full))) == (0, 0, 4)
+
+
+def test_a_privileged_session_evicts_a_young_unprivileged_one():
+    cache = FetchSessionCache(slots=1, partitions_max=100, client_share=1.0, eviction_s=120)
+    consumer = cache.create(0, False, "c", False, _parts(5))
+    assert cache.create(1, False, "d", False, _parts(50)) == 0  # (too young for an unprivileged one)
+    follower = cache.create(1, True, "f", False, _parts(1))  # Kafka's rule; klog serve makes none privileged
+    assert follower and cache.get(consumer) is None
+    assert cache.create(2, True, "g", False, _parts(50)) == 0  # (a young privileged session stays)
