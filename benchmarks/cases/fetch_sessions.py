@@ -45,8 +45,9 @@ def _frame(epoch: int, session_id: int, partitions: range) -> bytes:
 
 
 def run(bench: Bench) -> None:
-    import klog
     from cases.serve_request_cost import _cpu_s
+
+    import klog
     from tests.serve_helpers import read_answer
 
     partitions = bench.size(500, 20)

@@ -452,12 +452,12 @@ def _close(answers: list[TopicAnswer]) -> None:
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     response_type = response_schema(FETCH, version)  # (cached per version)
-    session = None
+    context = None
     if version >= 7 and (int(request.session_epoch) != FINAL_EPOCH or int(request.session_id) != 0):
-        session = new_context(cache_of(ctx.server), request, version, ctx.share_key, time.monotonic(), ctx.log)
-        if session.error:  # (Kafka's SessionErrorContext: nothing read, no session named)
-            return encode(response_type, version, [], session.error)
-    wanted = request if session is None else session.request  # (an incremental fetch: the session's partitions)
+        context = new_context(cache_of(ctx.server), request, version, ctx.share_key, time.monotonic(), ctx.log)
+        if context.error:  # (Kafka's SessionErrorContext: nothing read, no session named)
+            return encode(response_type, version, [], context.error)
+    wanted = request if context is None else context.request  # (an incremental fetch: the session's partitions)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
     min_bytes = max(1, int(request.min_bytes))
@@ -477,9 +477,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
             # stands, without reading every partition again (the common case of an idle consumer)
             _clear(answers)
             break
-    if session is None:
+    if context is None:
         return _answer(response_type, version, answers)
-    answers, session_id, error = session.finish(answers, time.monotonic())
+    answers, session_id, error = context.finish(answers, time.monotonic())
     if error:
         _close(answers)
         return encode(response_type, version, [], error, session_id)
