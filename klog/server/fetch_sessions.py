@@ -19,17 +19,21 @@ larger), at most PARTITIONS_MAX partitions held in all, and one client (its shar
 its share (--client-share) of each: past it the new session is not made (session id 0: the client
 fetches in full, as from a Kafka broker whose cache is full) unless one of its own sessions is
 stale, and a session grown past it by incremental fetches is dropped (FETCH_SESSION_ID_NOT_FOUND,
-as after an eviction: the client starts again with a full fetch).
+as after an eviction: the client starts again with a full fetch). A session keeps only names a
+topic can have (names_kept).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
+from klog.errors import InvalidTopicError
 from klog.protocol.kafka import E
 from klog.server.limits import CLIENT_SHARE_DEFAULT, share_of
+from klog.store.names import validate_topic_name
 
 SLOTS = 1000  # max.incremental.fetch.session.cache.slots
 EVICTION_S = 120.0  # min.incremental.fetch.session.eviction.ms
@@ -223,11 +227,11 @@ class FetchSessionCache:
         return grown > 0 and (self.partitions + grown > self.partitions_max
                               or self.held[session.owner][1] + grown > self.share_partitions)
 
-    def create(self, now: float, privileged: bool, owner: str, by_ids: bool,
-               parts: dict[tuple[Any, int], CachedPartition]) -> int:
+    def create(self, now: float, privileged: bool, owner: str, by_ids: bool, size: int,
+               build: Callable[[], dict[tuple[Any, int], CachedPartition]]) -> int:
         """Kafka's maybeCreateSession, within the client's share and the cache's partitions: the new
-        session's id, or INVALID_SESSION_ID (0) when there is no room for it."""
-        size = len(parts)
+        session's id, its partitions made by `build` (at most `size` of them) once there is room, or
+        INVALID_SESSION_ID (0) when there is none."""
         if size > self.share_partitions or size > self.partitions_max or not self._room_for_owner(owner, size, now):
             self.stats["refused"] += 1
             return INVALID_SESSION_ID
@@ -238,7 +242,7 @@ class FetchSessionCache:
                 self.stats["refused"] += 1
                 return INVALID_SESSION_ID
         session = FetchSession(self._new_id(), privileged, owner, by_ids, now)
-        session.parts = parts
+        session.parts = build()
         self.sessions[session.id] = session
         held = self.held.setdefault(owner, [0, 0])
         held[0] += 1
@@ -296,6 +300,19 @@ def named(request: Any) -> int:
     return sum(len(t.partitions) for t in request.topics)
 
 
+def names_kept(request: Any) -> bool:
+    """Whether a session may keep the topic names of `request` (v7-v12): only names a topic can have
+    (at most 249 characters), so that what the cache holds is bounded by its partitions, not by
+    what clients write (a name may be 32 KB). A Fetch naming another topic is answered without a
+    session (its partitions: UNKNOWN_TOPIC_OR_PARTITION, as ever)."""
+    for t in request.topics:
+        try:
+            validate_topic_name(str(t.topic))
+        except InvalidTopicError:
+            return False
+    return True
+
+
 class Context:
     """What one Fetch v7+ does with sessions (Kafka's FetchContext): `error` (a session error:
     answered at once, empty, session id 0), else `request` (what to read: the request itself, or
@@ -314,14 +331,20 @@ class Context:
         in the order of `request`'s partitions)."""
         cache = self.cache
         if self.create:
-            parts: dict[tuple[Any, int], CachedPartition] = {}
-            for t, answer in zip(self.request.topics, answers, strict=True):
-                topic = t.topic_id if self.by_ids else str(t.topic)
-                for p, a in zip(t.partitions, answer.partitions, strict=True):
-                    parts[(topic, p.partition)] = CachedPartition(p, a.high_watermark, a.log_start_offset)
-            session_id = cache.create(now, self.privileged, self.owner, self.by_ids, parts)
+            def build() -> dict[tuple[Any, int], CachedPartition]:
+                parts = {}
+                for t, answer in zip(self.request.topics, answers, strict=True):
+                    topic = t.topic_id if self.by_ids else str(t.topic)
+                    for p, a in zip(t.partitions, answer.partitions, strict=True):
+                        parts[(topic, p.partition)] = CachedPartition(p, a.high_watermark, a.log_start_offset)
+                return parts
+
             cache.stats["answered"] += sum(len(t.partitions) for t in answers)
-            return answers, session_id, E.none
+            if not self.by_ids and not names_kept(self.request):
+                cache.stats["refused"] += 1
+                return answers, INVALID_SESSION_ID, E.none
+            return answers, cache.create(now, self.privileged, self.owner, self.by_ids, named(self.request),
+                                         build), E.none
         session = self.session
         if session is None:
             return answers, INVALID_SESSION_ID, E.none
@@ -379,6 +402,11 @@ def new_context(cache: FetchSessionCache, request: Any, version: int, owner: str
     assert session is not None
     cache.stats["incremental"] += 1
     cache.stats["named"] += named(request)
+    if not session.by_ids and not names_kept(request):  # (as past its bounds: see names_kept)
+        cache.remove(session)
+        cache.stats["evictions"] += 1
+        context.error = E.fetch_session_id_not_found
+        return context
     added, updated, removed = session.update(request)
     if not session.parts:  # nothing left: closed, and this request answered without a session
         cache.remove(session)

@@ -264,41 +264,42 @@ class _P:
         self.partition, self.fetch_offset, self.partition_max_bytes = index, 0, 1
 
 
-def _parts(n: int) -> dict:
-    return {("t", i): CachedPartition(_P(i)) for i in range(n)}
+def _parts(n: int) -> tuple:
+    """create()'s last two arguments: the size, and the maker of the session's partitions."""
+    return n, lambda: {("t", i): CachedPartition(_P(i)) for i in range(n)}
 
 
 def test_a_full_cache_evicts_as_kafka_does():
     cache = FetchSessionCache(slots=2, partitions_max=1000, client_share=1.0, eviction_s=120)
-    a = cache.create(0, False, "c1", False, _parts(5))
-    b = cache.create(1, False, "c2", False, _parts(3))
+    a = cache.create(0, False, "c1", False, *_parts(5))
+    b = cache.create(1, False, "c2", False, *_parts(3))
     assert a and b
     # full, nothing stale nor older than the eviction age: no room
-    assert cache.create(60, False, "c3", False, _parts(10)) == 0
+    assert cache.create(60, False, "c3", False, *_parts(10)) == 0
     # both created over 120 s ago (as of their last use): the smallest goes for a larger session
     for sid in (a, b):
         cache.touch(cache.get(sid), 130)
-    assert cache.create(131, False, "c4", False, _parts(3)) == 0  # (not larger than either: Kafka's id 0 tie)
-    c = cache.create(131, False, "c5", False, _parts(4))
+    assert cache.create(131, False, "c4", False, *_parts(3)) == 0  # (not larger than either: Kafka's id 0 tie)
+    c = cache.create(131, False, "c5", False, *_parts(4))
     assert c and cache.get(b) is None and cache.get(a) is not None
     # a session unused for 120 s goes first, whatever its size
     cache.touch(cache.get(c), 200)
-    d = cache.create(251, False, "c6", False, _parts(1))  # (a: last used at 130)
+    d = cache.create(251, False, "c6", False, *_parts(1))  # (a: last used at 130)
     assert d and cache.get(a) is None and cache.partitions == 5 and cache.stats["evictions"] == 2
 
 
 def test_one_client_holds_at_most_its_share_and_never_evicts_another():
     cache = FetchSessionCache(slots=8, partitions_max=100, client_share=0.25, eviction_s=120)
     assert (cache.share_sessions, cache.share_partitions) == (2, 25)
-    assert cache.create(0, False, "x", False, _parts(26)) == 0  # more partitions than a share
-    first = cache.create(0, False, "x", False, _parts(20))
-    assert first and cache.create(1, False, "x", False, _parts(6)) == 0  # 26 in all
-    assert cache.create(1, False, "x", False, _parts(5))
-    assert cache.create(2, False, "x", False, _parts(1)) == 0  # a third session
-    other = cache.create(2, False, "y", False, _parts(25))  # another client: its own share
+    assert cache.create(0, False, "x", False, *_parts(26)) == 0  # more partitions than a share
+    first = cache.create(0, False, "x", False, *_parts(20))
+    assert first and cache.create(1, False, "x", False, *_parts(6)) == 0  # 26 in all
+    assert cache.create(1, False, "x", False, *_parts(5))
+    assert cache.create(2, False, "x", False, *_parts(1)) == 0  # a third session
+    other = cache.create(2, False, "y", False, *_parts(25))  # another client: its own share
     assert other and cache.held == {"x": [2, 25], "y": [1, 25]}
     # its own session unused for the eviction age makes room for it, never another's
-    assert cache.create(200, False, "x", False, _parts(10)) and cache.get(first) is None and cache.get(other)
+    assert cache.create(200, False, "x", False, *_parts(10)) and cache.get(first) is None and cache.get(other)
     # a session grown past its client's share by incremental fetches is dropped
     session = cache.get(other)
     session.parts.update({("u", i): CachedPartition(_P(i)) for i in range(1)})
@@ -321,8 +322,20 @@ def test_a_session_past_its_clients_share_is_dropped_and_the_client_fetches_in_f
 
 def test_a_privileged_session_evicts_a_young_unprivileged_one():
     cache = FetchSessionCache(slots=1, partitions_max=100, client_share=1.0, eviction_s=120)
-    consumer = cache.create(0, False, "c", False, _parts(5))
-    assert cache.create(1, False, "d", False, _parts(50)) == 0  # (too young for an unprivileged one)
-    follower = cache.create(1, True, "f", False, _parts(1))  # Kafka's rule; klog serve makes none privileged
+    consumer = cache.create(0, False, "c", False, *_parts(5))
+    assert cache.create(1, False, "d", False, *_parts(50)) == 0  # (too young for an unprivileged one)
+    follower = cache.create(1, True, "f", False, *_parts(1))  # Kafka's rule; klog serve makes none privileged
     assert follower and cache.get(consumer) is None
-    assert cache.create(2, True, "g", False, _parts(50)) == 0  # (a young privileged session stays)
+    assert cache.create(2, True, "g", False, *_parts(50)) == 0  # (a young privileged session stays)
+
+
+def test_a_session_keeps_no_name_a_topic_cannot_have(kafka_server, store):
+    store.create_topic("fine", partitions=1)
+    long_name = "x" * 30_000  # (what a request may carry: a cache of such names would grow with what clients write)
+    with RawClient(kafka_server.port) as client:
+        full = _fetch(client, 0, 0, {("fine", 0): 0, (long_name, 0): 0})
+        assert full.session_id == 0 and _answered(full)[(long_name, 0)][0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        sid = _fetch(client, 0, 0, {("fine", 0): 0}).session_id
+        added = _fetch(client, sid, 1, {(long_name, 0): 0})
+        assert (added.error_code, added.session_id) == (NOT_FOUND, 0)
+        assert not fetch_sessions.cache_of(kafka_server).sessions
