@@ -14,7 +14,7 @@ sees a plain list of the session's partitions.
 
 Bounds (docs/serve-limits.md): at most SLOTS sessions (Kafka's
 max.incremental.fetch.session.cache.slots; a full cache evicts as Kafka's does: a session unused
-for EVICTION_S, else the smallest one created more than EVICTION_S ago if the new one is at least
+for EVICTION_S, else the smallest one created more than EVICTION_S ago if the new one is
 larger), at most PARTITIONS_MAX partitions held in all, and one client (its share key) at most
 its share (--client-share) of each: past it the new session is not made (session id 0: the client
 fetches in full, as from a Kafka broker whose cache is full) unless one of its own sessions is
