@@ -18,7 +18,8 @@ from klog.protocol.schemas import payload_module
 from klog.server import fetch as fetch_module
 from klog.server import fetch_sessions
 from klog.server.fetch_sessions import CachedPartition, FetchSessionCache
-from tests.serve_helpers import RawClient, batch, produce
+from klog.store import topic_read
+from tests.serve_helpers import RawClient, batch, produce, record_fetch_ways
 
 NOT_FOUND, BAD_EPOCH, TOPIC_ID_ERROR = 70, 71, 106
 AUTHORIZATION_FAILED = 29
@@ -339,3 +340,25 @@ def test_a_session_keeps_no_name_a_topic_cannot_have(kafka_server, store):
         added = _fetch(client, sid, 1, {(long_name, 0): 0})
         assert (added.error_code, added.session_id) == (NOT_FOUND, 0)
         assert not fetch_sessions.cache_of(kafka_server).sessions
+
+
+@pytest.mark.skipif(not topic_read.NOWAIT, reason="no preadv RWF_NOWAIT here: every Fetch takes the pool")
+def test_a_small_session_is_answered_on_the_event_loop(kafka_server, store, monkeypatch):
+    store.create_topic("small", partitions=2)
+    where = record_fetch_ways(kafka_server, monkeypatch, one="one")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "small", 0, batch([b"a"]))[0] == 0
+        assert produce(client, "small", 1, batch([b"b"]))[0] == 0
+        _fetch(client, 0, -1, {("small", 0): 0, ("small", 1): 0})  # (the first touch opens the files: the pool's)
+        two = _fetch(client, 0, 0, {("small", 0): 1, ("small", 1): 1}).session_id  # (at their ends)
+        one = _fetch(client, 0, 0, {("small", 1): 1}).session_id
+        where.clear()
+        assert produce(client, "small", 0, batch([b"c"]))[0] == 0
+        answer = _fetch(client, two, 1)  # the session's two partitions, read on the loop
+        assert set(_answered(answer)) == {("small", 0)} and _answered(answer)[("small", 0)][2] > 0
+        assert answer.session_id == two  # (one partition answered, its bytes read: encode_one's answer)
+        assert produce(client, "small", 1, batch([b"d"]))[0] == 0
+        answer = _fetch(client, one, 1, {("small", 1): 1})  # one partition: the one-partition way
+        assert _answered(answer)[("small", 1)][:2] == (0, 2) and _answered(answer)[("small", 1)][2] > 0
+        assert answer.session_id == one
+        assert where == ["loop", "one"], where
