@@ -223,7 +223,9 @@ def test_kafka_python_reads_200_partitions_through_one_incremental_session(kafka
         consumer.close()
     assert sorted(got) == sorted([(p, i, b"%d-%d" % (p, i)) for p in range(partitions) for i in range(3)]
                                  + [(199, 3, b"199-3")])  # every record once
-    assert requests[0] == (0, partitions) and answers[0] == partitions  # the full fetch, then incremental ones
+    # the full fetch (every partition whose position is known by then: all, unless the offset resets came
+    # in parts), then incremental ones only
+    assert requests[0][0] == 0 and answers[0] == requests[0][1] > 0
     assert len(requests) > 3 and all(epoch > 0 for epoch, _ in requests[1:]), requests
     idle = list(zip(requests[idle_from:], answers[idle_from:], strict=False))
     assert any(named == 0 and answered == 0 for (_, named), answered in idle), idle
