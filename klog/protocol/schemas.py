@@ -30,7 +30,12 @@ LEGACY_VERSIONS: dict[int, range] = {
     30: range(0, 1),   # CreateAcls v0
     31: range(0, 1),   # DeleteAcls v0
     32: range(0, 1),   # DescribeConfigs v0
+    34: range(0, 1),   # AlterReplicaLogDirs v0
     35: range(0, 1),   # DescribeLogDirs v0
+    38: range(0, 1),   # CreateDelegationToken v0
+    39: range(0, 1),   # RenewDelegationToken v0
+    40: range(0, 1),   # ExpireDelegationToken v0
+    41: range(0, 1),   # DescribeDelegationToken v0
 }
 
 
