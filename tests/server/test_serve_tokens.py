@@ -306,3 +306,33 @@ def test_kafka_python_alter_replica_log_dirs(data_dir, two_dirs):
         dirs = {d["log_dir"]: [(t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]]
                 for d in described[0]["log_dirs"]}
         assert ("t", 1) in dirs[two_dirs[target]]
+
+
+@pytest.mark.slow
+def test_over_tls_only_a_client_certificate_may_ask_for_tokens(data_dir, tmp_path):
+    """Kafka's allowTokenRequests: TLS without a client certificate (principal ANONYMOUS, "1-way SSL")
+    is refused as PLAINTEXT is; with one (mutual TLS) the request goes on to the disabled feature."""
+    import shutil
+    import socket
+    import ssl
+
+    if not shutil.which("openssl"):
+        pytest.skip("openssl CLI missing")
+    from tests.tls_certs import make_certs
+
+    certs = make_certs(str(tmp_path / "certs"))
+    for client_auth, client_cert, expected in (("none", None, NOT_ALLOWED), ("required", "alice", DISABLED)):
+        cfg = SecurityConfig([Listener("SSL", "127.0.0.1", 0)], certs.path("server.pem"), certs.path("server.key"),
+                             ssl_cafile=certs.ca, ssl_client_auth=client_auth)
+        cfg.validate()
+        with Server(data_dir, security=cfg, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+            context = ssl.create_default_context(cafile=certs.ca)
+            if client_cert:
+                context.load_cert_chain(certs.path(f"{client_cert}.pem"), certs.path(f"{client_cert}.key"))
+            client = RawClient.__new__(RawClient)
+            client.sock = context.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
+                                              server_hostname="localhost")
+            client.correlation = 0
+            with client:
+                assert _create(client, 3)["error"] == expected
+                assert client.send(41, 3, owners=None).error_code == expected
