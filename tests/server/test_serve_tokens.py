@@ -336,3 +336,50 @@ def test_over_tls_only_a_client_certificate_may_ask_for_tokens(data_dir, tmp_pat
             with client:
                 assert _create(client, 3)["error"] == expected
                 assert client.send(41, 3, owners=None).error_code == expected
+
+
+@pytest.mark.slow
+def test_moves_back_and_forth_under_an_idempotent_producer_lose_and_repeat_nothing(data_dir, two_dirs):
+    """librdkafka produces (acks=all, idempotent) while AlterReplicaLogDirs moves the partition from
+    one log directory to the other six times: every record is there once, the segments verify."""
+    import threading
+    import time
+
+    ck = pytest.importorskip("confluent_kafka")
+    from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDir, AlterReplicaLogDirTopic
+
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server:
+        stop = threading.Event()
+        sent, failed = [0], []
+
+        def produce_until_stopped() -> None:
+            producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{server.port}", "acks": "all",
+                                    "enable.idempotence": True, "linger.ms": 2, "log_level": 0})
+            n = 0
+            while not stop.is_set() and n < 200_000:
+                producer.produce("t", b"%d" % n, partition=0, on_delivery=lambda e, m: e and failed.append(e))
+                n += 1
+                if n % 50 == 0:
+                    producer.poll(0.005)
+            assert producer.flush(30) == 0
+            sent[0] = n
+
+        thread = threading.Thread(target=produce_until_stopped)
+        thread.start()
+        try:
+            with RawClient(server.port) as client:
+                for i in range(6):
+                    time.sleep(0.2)
+                    target = sorted(two_dirs)[i % 2 == 0]
+                    answer = client.send(34, 2, dirs=(AlterReplicaLogDir(path=two_dirs[target], topics=(
+                        AlterReplicaLogDirTopic(name="t", partitions=(0,)),)),))
+                    assert answer.results[0].partitions[0].error_code == E.none
+                    assert _where(server.store, "t", 0) == [target]
+        finally:
+            stop.set()
+            thread.join(60)
+    assert not failed and sent[0] > 0
+    with klog.open(data_dir) as store:
+        got = [int(r.value) for r in store.consumer("t", partitions=[0])]
+        assert sorted(got) == list(range(sent[0]))
+        assert not [p for p in store.verify("t") if p["problems"]]
