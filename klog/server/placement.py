@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from klog.protocol.framing import printable
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
@@ -154,8 +155,8 @@ async def unregister_broker(ctx: RequestContext, request: Any) -> Any:
     else:
         error = E.none
         ctx.log.warning("%s (client %s): %s asked to unregister this node (broker %d): answered as Kafka's controller "
-                        "does (no error); klog's only node stays registered", ctx.client_host, ctx.client_id,
-                        ctx.principal, ctx.broker.node_id)
+                        "does (no error); klog's only node stays registered", ctx.client_host,
+                        printable(ctx.client_id), ctx.principal, ctx.broker.node_id)
     return make(mod.UnregisterBrokerResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=None)
 
 
@@ -212,10 +213,10 @@ def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: d
         return E.unknown_topic_or_partition
     except (StorageError, OSError, KlogError) as e:
         ctx.log.warning("%s (client %s): cannot move %s-%d from log directory %d to %d: %s", ctx.client_host,
-                        ctx.client_id, topic, index, source, target, e)
+                        printable(ctx.client_id), topic, index, source, target, e)
         return E.kafka_storage_error if isinstance(e, StorageError | OSError) else E.unknown_server_error
-    ctx.log.info("%s (client %s): moved %s-%d from log directory %d to %d", ctx.client_host, ctx.client_id, topic,
-                 index, source, target)
+    ctx.log.info("%s (client %s): moved %s-%d from log directory %d to %d", ctx.client_host,
+                 printable(ctx.client_id), topic, index, source, target)
     return E.none
 
 

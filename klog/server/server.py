@@ -864,7 +864,7 @@ def _read_as_kafka(repaired: bytes | None, peer: str, what: str, prefix: framing
 def _acks0_failed(failed: Acks0Failed, peer: str, client_id: str | None, correlation_id: int) -> bool:
     """A Produce with acks=0 that failed closes its connection, as Kafka's does: the client, which
     expects no answer, learns from the close and refreshes its metadata. One line; False: close."""
-    shown = ", ".join(f"{t}-{p} {e}" for t, p, e in failed.failures[:ACKS0_FAILURES_LOGGED])
+    shown = ", ".join(f"{framing.printable(t)}-{p} {e}" for t, p, e in failed.failures[:ACKS0_FAILURES_LOGGED])
     more = len(failed.failures) - ACKS0_FAILURES_LOGGED
     log.info("%s (client %s): closing the connection after a failed Produce with acks=0 (correlation id %d): %s%s",
              peer, framing.printable(client_id), correlation_id, shown, f" and {more} more" if more > 0 else "")

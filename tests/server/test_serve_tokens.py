@@ -267,13 +267,15 @@ def test_alter_replica_log_dirs_moves_a_replica_and_describe_log_dirs_shows_it(d
         dir_, topic = mod.AlterReplicaLogDir, mod.AlterReplicaLogDirTopic
         answer = client.send(34, version, dirs=(
             dir_(path=two_dirs[other], topics=(topic(name="t", partitions=(0, 9)),
-                                               topic(name="nope", partitions=(0,)))),
+                                               topic(name="nope", partitions=(0,)),
+                                               topic(name="b" * 220, partitions=(0,)))),  # Kafka's future folder
             dir_(path="/not/a/log/dir", topics=(topic(name="t", partitions=(1,)),)),
             dir_(path=two_dirs[_where(store, "t", 1)[0]] + "/", topics=(topic(name="t", partitions=()),)),
         ))
         got = {(t.topic_name, int(p.partition_index)): p.error_code for t in answer.results for p in t.partitions}
         assert got == {("t", 0): E.none, ("t", 9): E.unknown_topic_or_partition,
-                       ("nope", 0): E.unknown_topic_or_partition, ("t", 1): E.log_dir_not_found}
+                       ("nope", 0): E.unknown_topic_or_partition, ("t", 1): E.log_dir_not_found,
+                       ("b" * 220, 0): E.invalid_topic_exception}
         assert _where(store, "t", 0) == [other]
         assert ("t", 0) in _log_dirs(client)[two_dirs[other]]
         assert ("t", 0) not in _log_dirs(client)[two_dirs[p0_dir]]
