@@ -16,6 +16,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import InvalidUnicode
 
 from klog.errors import FrameError
 from klog.protocol.schemas import request_schema as load_request_schema
@@ -29,6 +30,11 @@ _read_v1 = entity_reader(RequestHeaderV1)
 _read_v2 = entity_reader(RequestHeaderV2)
 _readers: dict[type, Any] = {}
 _writers: dict[type, Any] = {}
+
+
+class InvalidUtf8(FrameError):
+    """A string of the request is not valid UTF-8 (kio refuses it; Kafka's readers replace what is
+    malformed: with_valid_strings, with_valid_client_id)."""
 
 
 class RequestPrefix(NamedTuple):  # (a tuple: read once per request, ~4x cheaper than a frozen dataclass)
@@ -53,6 +59,8 @@ def parse_header(frame: bytes, prefix: RequestPrefix, tags_max: int | None = Non
     header_reader = _read_v2 if schema.__flexible__ else _read_v1
     try:
         header, used = header_reader(frame, 0)
+    except InvalidUnicode:
+        raise InvalidUtf8(f"the client id of api key {prefix.api_key} v{prefix.api_version} is not UTF-8") from None
     except Exception as e:  # kio's DecodeError family
         # tagged fields a header v2 does not know (none are known) are skipped, as Kafka skips them
         without = _without_header_tags(frame, tags_max) if schema.__flexible__ and "tagged field" in str(e) else None
@@ -96,10 +104,30 @@ def parse_body(frame: bytes, used: int, schema: type, api_version: int) -> Any:
         if reader is None:
             reader = _readers[schema] = entity_reader(schema)
         body, _ = reader(frame, used)
+    except InvalidUnicode as e:
+        raise InvalidUtf8(f"cannot parse {schema.__name__} v{api_version}: {e}") from None
     except Exception as e:  # kio raises its DecodeError family, and ValueError on bad enums/utf-8
         raise FrameError(f"cannot parse {schema.__name__} v{api_version}: {e}") from None
     # trailing bytes are ignored, as Kafka's generated readers do (librdkafka's Metadata v12 has some)
     return body
+
+
+def with_valid_client_id(frame: bytes) -> bytes | None:
+    """`frame` with its header's client id (a non-compact string in every header version) decoded as
+    Java decodes it, malformed sequences replaced by U+FFFD (Kafka's header reader); None if it
+    cannot be read or was valid."""
+    try:
+        (n,) = struct.unpack_from(">h", frame, PREFIX.size)
+    except struct.error:
+        return None
+    start = PREFIX.size + 2
+    if n <= 0 or start + n > len(frame):
+        return None
+    raw = frame[start:start + n]
+    text = bytes(raw).decode("utf-8", "replace").encode()
+    if text == raw or len(text) > 0x7FFF:
+        return None
+    return frame[:PREFIX.size] + struct.pack(">h", len(text)) + text + frame[start + n:]
 
 
 def client_id_of(frame: bytes) -> str | None:

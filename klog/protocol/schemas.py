@@ -8,6 +8,7 @@ the rest. Every lookup of a type by (api key, version) goes through here."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from types import ModuleType
@@ -30,16 +31,32 @@ LEGACY_VERSIONS: dict[int, range] = {
     30: range(0, 1),   # CreateAcls v0
     31: range(0, 1),   # DeleteAcls v0
     32: range(0, 1),   # DescribeConfigs v0
+    34: range(0, 1),   # AlterReplicaLogDirs v0
     35: range(0, 1),   # DescribeLogDirs v0
+    38: range(0, 1),   # CreateDelegationToken v0
+    39: range(0, 1),   # RenewDelegationToken v0
+    40: range(0, 1),   # ExpireDelegationToken v0
+    41: range(0, 1),   # DescribeDelegationToken v0
 }
 
 
 @functools.cache
 def payload_module(api_key: int, version: int, entity_type: EntityType) -> ModuleType:
-    """The kio module of (api key, version)'s request or response; kio's errors when neither has it."""
-    if version in LEGACY_VERSIONS.get(api_key, ()):
+    """The kio module of (api key, version)'s request or response; kio's errors when neither has it.
+
+    The version's package is imported first, whole: its __init__ imports both modules. Two threads
+    importing the request and the response of one version for the first time (a parse thread and a
+    handler's) otherwise each held one module's import lock and waited for the other's: Python
+    raised _DeadlockError in one of them, a request failed."""
+    legacy = version in LEGACY_VERSIONS.get(api_key, ())
+    name = api_key_map.get(api_key)
+    if name is not None:
+        package = f"klog.protocol.legacy_schema.{name}.v{version}" if legacy else f"kio.schema.{name}.v{version}"
+        with contextlib.suppress(ImportError):  # (an unknown version: kio's own error, below)
+            importlib.import_module(package)
+    if legacy:
         kind = "request" if entity_type == EntityType.request else "response"
-        return importlib.import_module(f"klog.protocol.legacy_schema.{api_key_map[api_key]}.v{version}.{kind}")
+        return importlib.import_module(f"klog.protocol.legacy_schema.{name}.v{version}.{kind}")
     return load_payload_module(api_key, version, entity_type)  # type: ignore[arg-type]
 
 

@@ -105,6 +105,30 @@ def without_unknown_tags(frame: bytes, offset: int, schema: type) -> bytes | Non
     return bytes(out + frame[copied:])
 
 
+def with_valid_strings(frame: bytes, offset: int, schema: type) -> bytes | None:
+    """`frame` with each string of its body (of type `schema`, at `offset`) that is not valid UTF-8
+    decoded as Java's `new String(bytes, UTF_8)` decodes it, every malformed sequence replaced by
+    U+FFFD, and written back with its new length: Kafka's readers parse such a request (a topic name
+    then is one Kafka refuses by name), kio's reader refuses the whole of it. None: every string is
+    valid, or the body cannot be walked."""
+    walker = _Walker(frame, len(frame) + 1)
+    walker.strings = []
+    try:
+        walker.entity(schema, offset)
+    except (Truncated, struct.error, IndexError, ArrayPastFrame, TooManyEntries):
+        return None
+    if not walker.strings:
+        return None
+    out, copied = bytearray(), 0
+    for start, data_start, data_end, compact in walker.strings:  # (in the frame's order)
+        text = frame[data_start:data_end].decode("utf-8", "replace").encode()
+        if not compact and len(text) > 0x7FFF:
+            return None  # (no longer fits an int16 length: left to kio's refusal)
+        out += frame[copied:start] + (uvarint_bytes(len(text) + 1) if compact else _I16.pack(len(text))) + text
+        copied = data_end
+    return bytes(out + frame[copied:])
+
+
 def uvarint_bytes(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
@@ -181,37 +205,41 @@ def _flat(cls: type) -> tuple[int, ...] | None:
 # (_TAGS, the tags the entity knows): a flexible entity's tagged fields. Built once per type: the
 # walk then pays an op, not a field.
 _UNKNOWN = -4
+_CHECKED_STRING = -5  # a string whose bytes the walk checks are UTF-8 (with_valid_strings' programs)
 _ARRAY, _STRUCT, _TAGS = 0, 1, 2
-_programs: dict[type, tuple] = {}
+_programs: dict[tuple[type, bool], tuple] = {}
 
 
-def _program(cls: type) -> tuple:
-    found = _programs.get(cls)
+def _program(cls: type, checked: bool = False) -> tuple:
+    """`checked`: its strings as _CHECKED_STRING ops (the walk looks at their bytes)."""
+    found = _programs.get((cls, checked))
     if found is not None:
         return found
     ops: list = []
     for f in _layout(cls):
         if f.array:
-            item = _program(f.entity) if f.entity else _primitive_op(f.kafka_type)
+            item = _program(f.entity, checked) if f.entity else _primitive_op(f.kafka_type, checked)
             ops.append((_ARRAY, item, f.entity))
         elif f.entity is not None:
-            ops.append((_STRUCT, _program(f.entity), f.optional))
+            ops.append((_STRUCT, _program(f.entity, checked), f.optional))
         else:
-            op = _primitive_op(f.kafka_type)
+            op = _primitive_op(f.kafka_type, checked)
             if op > 0 and ops and isinstance(ops[-1], int) and ops[-1] > 0:
                 ops[-1] += op
             else:
                 ops.append(op)
     if getattr(cls, "__flexible__", False):
         ops.append((_TAGS, frozenset(f.metadata["tag"] for f in dataclasses.fields(cls) if "tag" in f.metadata)))
-    _programs[cls] = result = tuple(ops)
+    _programs[(cls, checked)] = result = tuple(ops)
     return result
 
 
-def _primitive_op(kafka_type: str | None) -> int:
+def _primitive_op(kafka_type: str | None, checked: bool = False) -> int:
     fixed = _FIXED.get(kafka_type or "")
     if fixed is not None:
         return fixed
+    if checked and kafka_type == "string":
+        return _CHECKED_STRING
     return {"string": _STRING, "bytes": _BYTES, "records": _BYTES}.get(kafka_type or "", _UNKNOWN)
 
 
@@ -225,6 +253,8 @@ class _Walker:
         # (start, end of its count, count, [(start, end) of each unknown field]) per tagged section
         # holding tags its entity does not know; None: not looked for
         self.unknown_tags: list | None = None
+        # (start, data start, data end, compact) of each string that is not valid UTF-8; None: not looked for
+        self.strings: list | None = None
 
     def _uvarint(self, pos: int) -> tuple[int, int]:
         return read_uvarint(self.frame, pos, self.size)
@@ -248,7 +278,7 @@ class _Walker:
 
     def entity(self, cls: type, pos: int) -> int:
         self.flexible = bool(getattr(cls, "__flexible__", False))
-        return self._run(_program(cls), pos)
+        return self._run(_program(cls, self.strings is not None), pos)
 
     def _run(self, program: tuple, pos: int) -> int:
         frame, size, flexible = self.frame, self.size, self.flexible
@@ -256,8 +286,8 @@ class _Walker:
             if op.__class__ is int:
                 if op > 0:
                     pos += op
-                # the usual compact length: one byte, read here without a call
-                elif flexible and op != _UNKNOWN and pos < size and frame[pos] < 0x80:
+                # the usual compact length: one byte, read here without a call (a string or bytes)
+                elif flexible and op > _UNKNOWN and pos < size and frame[pos] < 0x80:
                     pos += frame[pos] or 1  # (length + 1, the byte included; 0: a null)
                 else:
                     pos = self._sized(op, pos)
@@ -275,7 +305,8 @@ class _Walker:
                         for _ in range(n):
                             pos = self._sized(item, pos)
                     continue
-                flat = _flat(entity) if self.unknown_tags is None else None  # (its walk skips every tag)
+                # (its walk skips every tag and looks into no string)
+                flat = _flat(entity) if self.unknown_tags is None and self.strings is None else None
                 if flat is not None:
                     pos = self._flat_entries(n, flat, pos)
                     continue
@@ -323,6 +354,8 @@ class _Walker:
         frame = self.frame
         if op == _UNKNOWN:
             raise Truncated  # a type this walk does not know: leave the request to kio's parse
+        if op == _CHECKED_STRING:
+            return self._checked_string(pos)
         if self.flexible:  # compact: uvarint length + 1
             if pos < self.size and frame[pos] < 0x80:
                 return pos + max(frame[pos], 1)  # (0: null)
@@ -331,6 +364,25 @@ class _Walker:
         if op == _STRING:
             return pos + 2 + max(_I16.unpack_from(frame, pos)[0], 0)
         return pos + 4 + max(_I32.unpack_from(frame, pos)[0], 0)
+
+    def _checked_string(self, pos: int) -> int:
+        """Past the string at `pos`, noted in `strings` when its bytes are not UTF-8."""
+        start = pos
+        if self.flexible:
+            n, pos = self._uvarint(pos)
+            n -= 1
+        else:
+            n, pos = _I16.unpack_from(self.frame, pos)[0], pos + 2
+        if n <= 0:
+            return pos
+        end = pos + n
+        if end > self.size:
+            raise Truncated
+        try:
+            bytes(self.frame[pos:end]).decode()
+        except UnicodeDecodeError:
+            self.strings.append((start, pos, end, self.flexible))  # type: ignore[union-attr]
+        return end
 
     def _flat_entries(self, n: int, ops: tuple[int, ...], pos: int) -> int:
         """Past `n` entries of an entity holding no array or entity (a Produce's partition entries,

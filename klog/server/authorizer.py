@@ -58,6 +58,16 @@ class Authorizer:
             answers[key] = found
         return found
 
+    def allows_unlisted(self, principal: str) -> bool:
+        """The decision on a resource no binding can name (a USER's CREATE_TOKENS: klog's ACLs have no
+        such resource type): a super user, or allow.everyone.if.no.acl.found (by default: while no ACL
+        exists at all), as Kafka decides a resource without bindings."""
+        self._fresh()
+        if principal in self._config.super_users:
+            return True
+        allow = self._config.allow_everyone_if_no_acl_found
+        return not self._acls if allow is None else allow
+
     def allows_any(self, principal: str, host: str, operation: Operation | str,
                    resource_type: ResourceType | str) -> bool:
         """Some resource of the type allows it: a super user, an open table, or an ALLOW binding of the

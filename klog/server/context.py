@@ -66,6 +66,12 @@ class RequestContext:
             return True
         return security.authorizer.allows(self.principal, self.client_host, operation, resource_type, name)
 
+    def authorize_unlisted(self) -> bool:
+        """Kafka's decision on a resource of a type no klog ACL can name (CREATE_TOKENS on a USER):
+        no binding applies, so super users, or anyone while no ACL found allows it."""
+        security = getattr(self.server, "security", None)
+        return security is None or security.authorizer.allows_unlisted(self.principal)
+
     def authorize_any(self, operation: Any, resource_type: Any) -> bool:
         """Whether the caller may do `operation` on some resource of the type (an idempotent producer
         needs Write on any topic, Kafka's KIP-679)."""

@@ -112,7 +112,7 @@ def load_handlers() -> dict[int, Handler]:
         from klog.server.groups import GROUP_HANDLERS
 
         for name in ("metadata", "produce", "producers", "fetch", "offsets", "admin", "sasl", "acl_apis", "placement",
-                     "transactions"):
+                     "transactions", "tokens"):
             importlib.import_module(f"klog.server.{name}")
         for key, (fn, lo, hi) in GROUP_HANDLERS.items():
             HANDLERS[key] = Handler(fn, lo, hi)

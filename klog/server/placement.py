@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from klog.protocol.framing import printable
 from klog.protocol.kafka import NO_THROTTLE, E, make, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
@@ -132,3 +133,119 @@ def _alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
 @register(ALTER_PARTITION_REASSIGNMENTS, 0, 0)
 async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
     return await ctx.run_blocking(_alter_partition_reassignments, ctx, request)
+
+
+# -- UnregisterBroker ---------------------------------------------------------------------------------
+UNREGISTER_BROKER = 64
+
+
+@register(UNREGISTER_BROKER, 0, 0)
+async def unregister_broker(ctx: RequestContext, request: Any) -> Any:
+    """`kafka-cluster unregister`: a KRaft broker forwards it to the controller, which needs ALTER on the
+    cluster and answers BROKER_ID_NOT_REGISTERED for an id it has no registration of (every id but
+    this node's), without a message (ControllerApis sets only the code). For this node's own id Kafka's
+    controller removes the registration and answers no error; klog's one node is broker and controller
+    at once and stays registered (as a Kafka broker registers again when it restarts): the same answer,
+    nothing changed, one log line."""
+    mod = response_for(request)
+    if not ctx.authorize("ALTER", "CLUSTER", CLUSTER):
+        error = E.cluster_authorization_failed
+    elif int(request.broker_id) != ctx.broker.node_id:
+        error = E.broker_id_not_registered
+    else:
+        error = E.none
+        ctx.log.warning("%s (client %s): %s asked to unregister this node (broker %d): answered as Kafka's controller "
+                        "does (no error); klog's only node stays registered", ctx.client_host,
+                        printable(ctx.client_id), ctx.principal, ctx.broker.node_id)
+    return make(mod.UnregisterBrokerResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=None)
+
+
+# -- AlterReplicaLogDirs ---------------------------------------------------------------------------------
+ALTER_REPLICA_LOG_DIRS = 34
+FILE_NAME_MAX = 255  # Kafka's future log folder "<topic>-<partition>.<32 hex>-future" must fit a file name
+
+
+def _log_dir_ids_by_path(ctx: RequestContext) -> dict[str, int]:
+    """This node's log directories by the path DescribeLogDirs names (normalized: a trailing slash is the same)."""
+    import os
+
+    store = ctx.store
+    return {os.path.normpath(store.data_dir.log_dir_path(d)): d for d in store.log_dir_ids()}
+
+
+def _source_replica(meta: Any) -> int:
+    """The replica a move to another log directory takes: klog keeps a partition's replicas in distinct
+    log directories of this one node, where Kafka's broker holds one; with several, an out-of-sync one
+    first (what an operator moves off a failing disk), else the last follower, so the leader keeps
+    serving; the leader only when it is the partition's only replica."""
+    followers = [r for r in meta.replicas if r != meta.leader]
+    lagging = [r for r in followers if r not in meta.isr]
+    return lagging[0] if lagging else followers[-1] if followers else meta.leader
+
+
+def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: dict[str, int]) -> E:
+    """Kafka's ReplicaManager.alterReplicaLogDirs for one partition, its move made as `klog topics
+    reassign` makes it (klog.broker.replication.move_replica: the new replica caught up, then the old
+    one dropped, under the partition's lock)."""
+    import os
+
+    from klog.broker.replication import dir_health, move_replica
+    from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError
+    from klog.store import health
+
+    if len(f"{topic}-{index}") + 1 + 32 + len("-future") > FILE_NAME_MAX:
+        return E.invalid_topic_exception  # ("The topic name is too long.")
+    target = dirs.get(os.path.normpath(path))
+    if target is None:
+        return E.log_dir_not_found  # ("Log dir ... is not found in the config.")
+    if dir_health(ctx.store, target) != health.OK:
+        return E.kafka_storage_error  # ("Log directory ... is offline")
+    found = ctx.store.topics.find(topic)
+    if found is None or not 0 <= index < len(found.partitions):
+        return E.unknown_topic_or_partition
+    meta = found.partitions[index]
+    if target in meta.replicas:
+        return E.none  # already there
+    source = _source_replica(meta)
+    try:
+        move_replica(ctx.store, topic, index, source, target, warn=lambda m: ctx.log.info("%s", m))
+    except (UnknownTopicError, UnknownPartitionError):
+        return E.unknown_topic_or_partition
+    except (StorageError, OSError, KlogError) as e:
+        ctx.log.warning("%s (client %s): cannot move %s-%d from log directory %d to %d: %s", ctx.client_host,
+                        printable(ctx.client_id), topic, index, source, target, e)
+        return E.kafka_storage_error if isinstance(e, StorageError | OSError) else E.unknown_server_error
+    ctx.log.info("%s (client %s): moved %s-%d from log directory %d to %d", ctx.client_host,
+                 printable(ctx.client_id), topic, index, source, target)
+    return E.none
+
+
+def _alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    mod = response_for(request)
+    if not ctx.authorize("ALTER", "CLUSTER", CLUSTER):  # Kafka's getErrorResponse: each entry as it came
+        refused = E.cluster_authorization_failed
+        return make(mod.AlterReplicaLogDirsResponse, throttle_time=NO_THROTTLE, results=tuple(
+            make(mod.AlterReplicaLogDirTopicResult, topic_name=t.name, partitions=tuple(
+                make(mod.AlterReplicaLogDirPartitionResult, partition_index=p, error_code=refused)
+                for p in t.partitions)) for d in request.dirs for t in d.topics))
+    wanted: dict[tuple[str, int], str] = {}  # Kafka's partitionDirs: a partition named twice goes to the last path
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                wanted[(str(t.name), int(p))] = str(d.path)
+    dirs = _log_dir_ids_by_path(ctx)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), path in wanted.items():
+        error = _move_to_dir(ctx, topic, index, path, dirs)
+        by_topic.setdefault(topic, []).append(
+            make(mod.AlterReplicaLogDirPartitionResult, partition_index=index, error_code=error))
+    return make(mod.AlterReplicaLogDirsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        make(mod.AlterReplicaLogDirTopicResult, topic_name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+@register(ALTER_REPLICA_LOG_DIRS, 0, 2)
+async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    """`kafka-reassign-partitions --execute` with log_dirs in its plan, kafka-python's
+    alter_replica_log_dirs: moves run in the server's threads (a move copies the partition), not on the
+    event loop; Kafka answers at once and moves in the background, klog answers once moved."""
+    return await ctx.run_blocking(_alter_replica_log_dirs, ctx, request)

@@ -47,7 +47,9 @@ def error_code(exc: BaseException) -> E:
     for kind, code in ((RecordTooLargeError, E.message_too_large),
                        (UnknownTopicError, E.unknown_topic_or_partition),
                        (UnknownPartitionError, E.unknown_topic_or_partition),
-                       (InvalidTopicError, E.invalid_topic_exception),
+                       # a name no topic can have is one Kafka's metadata does not hold either
+                       # (KafkaApis.handleProduceRequest: not in the metadata cache)
+                       (InvalidTopicError, E.unknown_topic_or_partition),
                        (NotEnoughReplicasError, E.not_enough_replicas),
                        (OutOfOrderSequenceError, E.out_of_order_sequence_number),
                        (UnknownProducerError, E.unknown_producer_id),
@@ -248,10 +250,28 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
     return await _answer_of(ctx, request, outcomes)
 
 
+class Acks0Failed:
+    """What a Produce with acks=0 answers when any of its entries failed: nothing, and the connection
+    closes (Kafka's KafkaApis: the client has no other way to learn, and refreshes its metadata).
+    `failures`: (topic, partition, error name) of each entry that failed, for the log line."""
+
+    __slots__ = ("failures",)
+
+    def __init__(self, failures: list[tuple[str, int, str]]) -> None:
+        self.failures = failures
+
+
 async def _answer_of(ctx: RequestContext, request: Any, outcomes: list[Any]) -> Any:
-    """The Produce answer of `request` from its entries' outcomes (None for acks=0)."""
+    """The Produce answer of `request` from its entries' outcomes (None for acks=0, or an Acks0Failed
+    when an entry failed)."""
     if request.acks == 0:
-        return None
+        if all(outcome[0] == E.none for outcome in outcomes):
+            return None
+        failed = [(t.name, int(p.index), outcome[0].name.upper())
+                  for t, p, outcome in zip((t for t in request.topic_data for _ in t.partition_data),
+                                           (p for t in request.topic_data for p in t.partition_data), outcomes,
+                                           strict=True) if outcome[0] != E.none]
+        return Acks0Failed(failed) if failed else None
     mod = response_for(request)
     # the answer is written entry by entry, by hand (produce_response.py: kio's writer costs ~20 us
     # an entry), yielding to the other connections every SLICE_ENTRIES entries

@@ -29,7 +29,13 @@ from typing import Any
 from klog.protocol import framing
 from klog.protocol.apis import API_VERSIONS, PRODUCE, api_name
 from klog.protocol.kafka import TopicIds
-from klog.protocol.walk import ArrayPastFrame, TooManyEntries, count_entries, without_unknown_tags
+from klog.protocol.walk import (
+    ArrayPastFrame,
+    TooManyEntries,
+    count_entries,
+    with_valid_strings,
+    without_unknown_tags,
+)
 from klog.server import dispatch
 from klog.server.accept import Acceptor, ConnectionGate, listening_sockets
 from klog.server.connection import Begun, FrameProtocol, complete, direct_future
@@ -44,6 +50,7 @@ from klog.server.limits import (
     some_listener_authenticates,
 )
 from klog.server.listeners import Listener, SecurityConfig
+from klog.server.produce import Acks0Failed
 from klog.server.security import CLOSE_LINGER_MS, SASL_FRAME_BYTES_MAX, ConnectionSecurity, ServerSecurity
 from klog.server.throttle import with_throttle
 from klog.server.watcher import HighWatermarkWatcher
@@ -85,6 +92,7 @@ PARSE_THREADS = 2
 # (retention after a roll waits for the next append's lock), which then never ran
 FLUSH_THREADS = 2
 ENCODE_INLINE_ENTRIES = 1000
+ACKS0_FAILURES_LOGGED = 5  # failed partitions named in the line of a failed acks=0 Produce's close
 SWITCH_INTERVAL_S = 0.001  # sys.setswitchinterval in the `klog serve` process (see run())
 
 
@@ -654,7 +662,11 @@ class Server:
             here = entries_here is not None and entries_here < bound
             limit = entries_here if here else bound
             try:  # (a header's tagged fields are bounded as entries: their walk costs alike)
-                client_id, body_at, schema = framing.parse_header(frame, prefix, limit)
+                try:
+                    client_id, body_at, schema = framing.parse_header(frame, prefix, limit)
+                except framing.InvalidUtf8:
+                    frame = _read_as_kafka(framing.with_valid_client_id(frame), peer, "the client id", prefix)
+                    client_id, body_at, schema = framing.parse_header(frame, prefix, limit)
             except TooManyEntries:
                 if here:
                     return _IN_THREAD
@@ -667,6 +679,10 @@ class Server:
                     raise  # (refused, below)
                 return _IN_THREAD
             try:
+                request = framing.parse_body(frame, body_at, schema, prefix.api_version)
+            except framing.InvalidUtf8:
+                frame = _read_as_kafka(with_valid_strings(frame, body_at, schema), peer,
+                                       f"a string of {schema.__name__}", prefix)
                 request = framing.parse_body(frame, body_at, schema, prefix.api_version)
             except framing.FrameError as e:
                 # tagged fields the schema does not know are skipped, as Kafka skips them (kio refuses them)
@@ -726,6 +742,8 @@ class Server:
             return False
         throttle_ms = self.security.throttle_ms(conn, client_id, prefix.api_key, item.frame_bytes, response,
                                                 (time.monotonic() - started) * 1000)
+        if response.__class__ is Acks0Failed:
+            return _acks0_failed(response, peer, client_id, prefix.correlation_id)
         if response is None:
             return await self._mute(throttle_ms)
         if throttle_ms > 0:
@@ -809,6 +827,8 @@ class Server:
             throttle_ms = max(throttle_ms, throttle)
             if answer is None:  # acks=0
                 continue
+            if answer.__class__ is Acks0Failed:  # (the group's requests all have acks=0 then: none was answered)
+                return _acks0_failed(answer, peer, item.client_id, item.prefix.correlation_id)
             answer = with_throttle(answer, throttle)
             if isinstance(answer, framing.RawBody):
                 await answer.send(writer, item.prefix.correlation_id)
@@ -826,6 +846,29 @@ class Server:
         if throttle_ms > 0:
             await asyncio.sleep(throttle_ms / 1000)
         return True
+
+
+def _read_as_kafka(repaired: bytes | None, peer: str, what: str, prefix: framing.RequestPrefix) -> bytes:
+    """A frame whose strings were not all UTF-8, with them decoded as Kafka's Java readers decode
+    them (malformed sequences replaced by U+FFFD): the request is then answered as Kafka answers it
+    (a topic name with U+FFFD is one Kafka refuses by name). One line; the FrameError that closes
+    the connection when it cannot be repaired."""
+    if repaired is None:
+        raise framing.FrameError(f"{what} is not UTF-8 and cannot be read")
+    log.info("%s (client %s): %s v%d #%d: %s is not UTF-8: read as Kafka reads it (malformed bytes as U+FFFD)",
+             peer, framing.client_id_of(repaired), api_name(prefix.api_key), prefix.api_version,
+             prefix.correlation_id, what)
+    return repaired
+
+
+def _acks0_failed(failed: Acks0Failed, peer: str, client_id: str | None, correlation_id: int) -> bool:
+    """A Produce with acks=0 that failed closes its connection, as Kafka's does: the client, which
+    expects no answer, learns from the close and refreshes its metadata. One line; False: close."""
+    shown = ", ".join(f"{framing.printable(t)}-{p} {e}" for t, p, e in failed.failures[:ACKS0_FAILURES_LOGGED])
+    more = len(failed.failures) - ACKS0_FAILURES_LOGGED
+    log.info("%s (client %s): closing the connection after a failed Produce with acks=0 (correlation id %d): %s%s",
+             peer, framing.printable(client_id), correlation_id, shown, f" and {more} more" if more > 0 else "")
+    return False
 
 
 _NO_ITEM: Any = object()  # (_produce_group: no request was read past the group)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import struct
 import uuid
 
 import pytest
@@ -287,6 +288,9 @@ OPEN_APIS = {
     16: "ListGroups: lists only the groups the principal may Describe (checked below)",
     66: "ListTransactions: lists only the transactional ids the principal may Describe (checked below)",
 }
+# APIs Kafka refuses on this PLAINTEXT listener before any ACL check: delegation tokens
+# (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, 64; over SASL DELEGATION_TOKEN_AUTH_DISABLED: none is ever made)
+REFUSED_BEFORE_ACLS = {38: 64, 39: 64, 40: 64, 41: 64}
 
 
 def _error_codes(value) -> set[int]:
@@ -344,6 +348,13 @@ def test_every_api_refuses_a_principal_without_acls(closed_server, api_key):
     import dataclasses
 
     with RawClient(closed_server.port) as client:
+        if api_key in REFUSED_BEFORE_ACLS:  # (their -1 timestamps are more than kio's reader reads: the bytes)
+            from tests.server.test_serve_versions import raw_answer
+
+            body = raw_answer(client, api_key, version, **{f.name: getattr(request, f.name)
+                                                           for f in dataclasses.fields(request)})
+            assert struct.unpack_from(">h", body)[0] == REFUSED_BEFORE_ACLS[api_key]
+            return
         response = client.send(api_key, version, **{f.name: getattr(request, f.name)
                                                     for f in dataclasses.fields(request)})
     codes = _error_codes(response)

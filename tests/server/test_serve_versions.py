@@ -28,9 +28,9 @@ KAFKA_3_9: dict[int, tuple[int, int]] = {
     0: (0, 11), 1: (0, 17), 2: (0, 9), 3: (0, 12), 8: (0, 9), 9: (0, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4),
     13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 17: (0, 1), 18: (0, 4), 19: (0, 7), 20: (0, 6), 21: (0, 2),
     22: (0, 5), 23: (0, 4), 24: (0, 5), 25: (0, 4), 26: (0, 4), 27: (0, 1), 28: (0, 4),
-    29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 35: (0, 4), 36: (0, 2),
-    37: (0, 3), 42: (0, 2), 44: (0, 1), 47: (0, 0), 48: (0, 1), 49: (0, 1), 50: (0, 0), 51: (0, 0), 60: (0, 1),
-    61: (0, 0), 65: (0, 0), 66: (0, 1),
+    29: (0, 3), 30: (0, 3), 31: (0, 3), 32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4), 36: (0, 2),
+    37: (0, 3), 38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3), 42: (0, 2), 44: (0, 1), 47: (0, 0), 48: (0, 1),
+    49: (0, 1), 50: (0, 0), 51: (0, 0), 60: (0, 1), 61: (0, 0), 64: (0, 0), 65: (0, 0), 66: (0, 1),
 }
 # what each request needs beyond "empty": an answer (acks=0 gets none), no long poll
 OVERRIDES: dict[int, dict[str, typing.Any]] = {0: {"acks": -1}, 1: {"replica_id": -1, "max_bytes": 1 << 20}}
@@ -95,8 +95,41 @@ def test_every_advertised_version_answers(kafka_server, api_key):
                                                  if k in {g.name for g in dataclasses.fields(cls)}}), f.name)
                   for f in dataclasses.fields(cls)}
         with RawClient(kafka_server.port) as client:
+            if api_key in NEGATIVE_TIMESTAMPS:
+                body = raw_answer(client, api_key, version, **fields)
+                assert struct.unpack_from(">h", body)[0] == ErrorCode.delegation_token_request_not_allowed.value
+                continue
             response = client.send(api_key, version, **fields)  # parses as that version, or raises
         assert int(type(response).__version__) == version
+
+
+# answers carrying Kafka's -1 timestamps (a refused token request), which kio's reader refuses to read:
+# checked by their bytes (tests/server/test_serve_tokens.py decodes each field)
+NEGATIVE_TIMESTAMPS = frozenset({38, 39, 40})
+
+
+def raw_answer(client: RawClient, api_key: int, version: int, **fields: typing.Any) -> bytes:
+    """The body of the answer to a request written with kio (its header skipped), undecoded."""
+    import io
+
+    from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
+    from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+    from kio.serial import entity_writer
+
+    from klog.protocol.kafka import make
+
+    cls = request_schema(api_key, version)
+    header = HeaderV2 if cls.__flexible__ else HeaderV1
+    client.correlation += 1
+    buf = io.BytesIO()
+    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
+                                      correlation_id=client.correlation, client_id="raw-test"))
+    entity_writer(cls)(buf, make(cls, **fields))
+    client.send_raw(buf.getvalue())
+    (size,) = struct.unpack(">i", client._exactly(4))
+    frame = client._exactly(size)
+    assert struct.unpack_from(">i", frame)[0] == client.correlation
+    return frame[4 + (1 if cls.__flexible__ else 0):]
 
 
 def test_api_versions_past_the_range_answers_unsupported_version(kafka_server):

@@ -1,0 +1,7 @@
+from .request import DescribeDelegationTokenRequest
+from .response import DescribeDelegationTokenResponse
+
+__all__ = (
+    "DescribeDelegationTokenRequest",
+    "DescribeDelegationTokenResponse",
+)
