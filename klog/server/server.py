@@ -178,6 +178,7 @@ class Server:
         self.topic_ids: TopicIds | None = None  # Fetch v13+ names topics by id
         self.watcher: HighWatermarkWatcher | None = None  # wakes long-polling fetches (one per server)
         self._checkpoints: asyncio.Task | None = None
+        self._claim: Any = None  # klog.server.store_claim.StoreClaim: one server per store
         self.producer_expiration_check_s = PRODUCER_EXPIRATION_CHECK_S  # (tests shorten it)
         self._log_cleaner_settings = log_cleaner or {}
         self.log_cleaner: Any = None  # klog.server.log_cleaner.LogCleanerService
@@ -285,6 +286,15 @@ class Server:
             from klog.client.store import Store
 
             self.store = Store(self.data_dir, on_warning=lambda m: log.warning("%s", m))
+        from klog.server.store_claim import claim_store
+
+        try:
+            self._claim = claim_store(self.store.path)
+        except BaseException:
+            if self._own_store:
+                self.store.close()
+                self.store = None
+            raise
         self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
         self.flush_executor = HopPool(FLUSH_THREADS, thread_name_prefix="klog-serve-flush")
@@ -308,10 +318,13 @@ class Server:
             if self._own_store:
                 self.store.close()
                 self.store = None
+            self._claim.release()
             raise
         for acceptor in self._acceptors:
             acceptor.start()
         self.port = self.ports[self.listeners[0]]
+        self._claim.describe(f"pid {os.getpid()}, listening on " + ", ".join(
+            f"{lst.host}:{self.ports[lst]}" for lst in self.listeners))
         cluster_id = cluster_id_for(self.store.path)
         # listening on every interface: advertise this machine's name, as Kafka does (clients elsewhere
         # cannot use 0.0.0.0); --advertised-listener overrides it for the first listener
@@ -446,6 +459,8 @@ class Server:
             self.security.close()
         if self._own_store and self.store is not None:
             self.store.close()  # flushes and closes every partition it opened
+        if self._claim is not None:
+            self._claim.release()  # (last: another server may start once the store is closed)
         assert self._stopped is not None
         self._stopped.set()
 
