@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef, aliases
-from klog.connect.data import DECIMAL, Schema, primitive
+from klog.connect.data import DECIMAL, Schema, primitive, refuse_recursive
 from klog.connect.errors import ConfigError, DataError
 from klog.connect.java_numbers import java_double, java_float
 
@@ -662,6 +662,7 @@ def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
     hit = _SCHEMA_JSON.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
+    refuse_recursive(schema, "JsonConverter")  # Kafka's asJsonSchema recurses until its stack overflows
     data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
@@ -726,6 +727,7 @@ def _compiled(schema: Schema, numeric: bool, replace_null: bool) -> ValueFn | No
     hit = _COMPILED.get(key)
     if hit is not None and hit[0] is schema:
         return hit[1]
+    refuse_recursive(schema, "JsonConverter")
     fn = _compile(schema, numeric, replace_null)
     if len(_COMPILED) >= CACHE_MAX:
         _COMPILED.clear()
