@@ -199,31 +199,27 @@ def refuse_recursive(schema: Any, what: str) -> None:
 
 
 def schema_key(schema: Any) -> str:
-    """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct holds one around
-    it, its fields are {"recursive": <levels up>}."""
+    """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct's fields (or any part)
+    are those of one around it, they are {"recursive": <levels up>}."""
     import json
 
     try:
         return json.dumps(schema, sort_keys=True, default=str)
     except ValueError:  # Circular reference detected
         pass
-    open_: list[int] = []
+    path: list[int] = []  # ids of the dicts and lists around the one being copied
 
     def acyclic(node: Any) -> Any:
-        if isinstance(node, list):
-            return [acyclic(x) for x in node]
-        if not isinstance(node, dict):
+        if not isinstance(node, dict | list):
             return node
-        fields = node.get("fields")
-        if isinstance(fields, list) and id(fields) in open_:
-            return {**node, "fields": {"recursive": len(open_) - open_.index(id(fields))}}
-        pushed = isinstance(fields, list)
-        if pushed:
-            open_.append(id(fields))
+        if id(node) in path:
+            return {"recursive": len(path) - path.index(id(node))}
+        path.append(id(node))
         try:
+            if isinstance(node, list):
+                return [acyclic(x) for x in node]
             return {k: acyclic(v) if k in _PARTS else v for k, v in node.items()}
         finally:
-            if pushed:
-                open_.pop()
+            path.pop()
 
     return json.dumps(acyclic(schema), sort_keys=True, default=str)

@@ -14,7 +14,11 @@ io.confluent.connect.protobuf.Enum parameters enums; optional fields plain proto
 with optional.for.nullables, google.protobuf wrappers with wrapper.for.nullables; a primitive at the top its
 wrapper message. The other way reads any Protobuf schema as ProtobufData.toConnectSchema does (every field
 optional but with wrapper.for.nullables or optional.for.nullables, oneofs union structs named
-<oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter).
+<oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter). A recursive
+message (google.protobuf.Struct, Value, ListValue, a message holding its own type) is a Connect schema holding
+itself, as Confluent's ToConnectContext and SchemaWrapper make it: a message met again inside itself is a struct
+sharing the fields list of the one being made (klog.connect.data: recursive_struct, schema_key); written back,
+such a field is one of the enclosing message's type, by its name; values nest at most MESSAGE_DEPTH_MAX messages.
 
 A Connect default is not written into the proto3 schema: Confluent's ProtobufData sets it on its descriptor,
 but its ProtobufSchema prints defaults for proto2 only, so the registered text has none either (and protobuf's
@@ -1209,8 +1213,11 @@ class ProtobufConverter(Converter):
                 cls = local_message_class(file, writer.schema.message)
             except (proto.ProtoError, ProtobufCodecError) as e:
                 raise DataError(f"the Connect schema's Protobuf schema is not one Protobuf takes: {e}") from None
-            writer.local = _Local(cls, _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR),
-                                  _index_path(file, writer.schema.message))
+            try:
+                write = _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR)
+            except RecursionError:
+                raise DataError(f"the Connect schema {writer.schema.message} nests too deeply for klog") from None
+            writer.local = _Local(cls, write, _index_path(file, writer.schema.message))
         return writer.local
 
     def _registered(self, subject: str, writer: _Writer) -> _Written:
@@ -1281,6 +1288,8 @@ class ProtobufConverter(Converter):
                                   _has_required(descriptor, set()))
             except DataError as e:
                 hit = str(e)
+            except RecursionError:  # a chain of messages longer than the stack holds (not a recursive one)
+                hit = f"the Connect schema of {descriptor.full_name} nests too deeply for klog"
             reader.by_path[key] = hit
         if isinstance(hit, str):
             raise DataError(hit)

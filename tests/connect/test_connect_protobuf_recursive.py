@@ -8,7 +8,7 @@ recursive one in one line."""
 from __future__ import annotations
 
 import json
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 
@@ -274,3 +274,78 @@ def test_walks_that_expand_a_schema_refuse_a_recursive_one_in_one_line(registry_
     text = _source_record_text(ConnectRecord("docs", 0, None, None, schema, value, source_partition={},
                                              source_offset={}))
     assert "fields=[...]" in text and len(text) < 100_000
+
+
+@pytest.mark.slow
+def test_a_jdbc_sink_takes_recursive_records_and_a_too_deep_one_goes_to_the_dlq(data_dir, tmp_path):
+    """Through the worker: Confluent's serializer's records of Doc into Confluent's JDBC sink (SQLite) with the
+    ProtobufConverter; the nested structs are JSON text columns. A record nested 1,000 deep fails its
+    conversion in one line and goes to the dead letter queue with the others written."""
+    import sqlite3
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    import klog
+    from tests.connect.helpers import running, values, wait_for
+
+    doc_class, _ = _classes()
+    deep = doc_class(id="deep")
+    level = deep.extra
+    for _ in range(1000):
+        level = level.list_value.values.add()
+    db = str(tmp_path / "out.db")
+    with registry_at(str(tmp_path / "registry")) as url:
+        serialize = protobuf.ProtobufSerializer(doc_class, SchemaRegistryClient({"url": url}),
+                                                {"use.deprecated.format": False})
+        records = [serialize(d, ctx("docs")) for d in (_doc(doc_class), deep, doc_class(id="d-2"))]
+        with klog.open(data_dir) as s:
+            s.create_topic("docs", partitions=1)
+            with s.producer() as p:
+                for r in records:
+                    p.send("docs", r)
+        config = {"name": "docs-sink", "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector",
+                  "topics": "docs", "connection.url": f"jdbc:sqlite:{db}", "auto.create": "true",
+                  "value.converter": PROTOBUF, "value.converter.schema.registry.url": url,
+                  "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+                  "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                  "errors.deadletterqueue.context.headers.enable": "true"}
+
+        def rows() -> list:
+            try:
+                with sqlite3.connect(db) as conn:
+                    return conn.execute('SELECT id, payload, root FROM "docs" ORDER BY id').fetchall()
+            except sqlite3.OperationalError:
+                return []
+
+        with running(data_dir, config):
+            wait_for(lambda: len(rows()) == 2 and values(data_dir, "dlq"), what="two rows and the DLQ record")
+    assert values(data_dir, "dlq") == [records[1]]
+    with klog.open(data_dir) as s:
+        headers = dict(next(iter(s.consumer("dlq"))).headers)
+    message = headers["__connect.errors.exception.message"]
+    assert b"Depth" in message and b"\n" not in message
+    (first_id, payload, root), (second_id, empty_payload, empty_root) = rows()
+    assert (first_id, second_id, empty_payload, empty_root) == ("d-1", "d-2", None, None)
+    assert json.loads(payload)["fields"]["nested"] == _kind(struct_value={"fields": {"k": _kind(string_value="v")}})
+    assert json.loads(root)["children"][0]["children"] == [{"label": "c1.1", "children": [], "next": None}]
+
+
+def test_a_chain_of_messages_deeper_than_the_stack_fails_its_records_in_one_line(registry_url):
+    """Not recursive, but 400 messages each holding the next: past Python's stack, a one-line DataError (it was a
+    RecursionError's text), kept for the schema's next records; a Connect schema as deep is refused too."""
+    levels = 400
+    text = 'syntax = "proto3";\n' + "".join(f"message M{i} {{ M{i + 1} m = 1; }}\n" for i in range(levels)) + \
+        f"message M{levels} {{ int32 v = 1; }}\n"
+    request = Request(f"{registry_url}/subjects/deep-value/versions", json.dumps(
+        {"schemaType": "PROTOBUF", "schema": text}).encode(), {"Content-Type": "application/json"})
+    with urlopen(request) as answer:
+        header = b"\x00" + json.loads(answer.read())["id"].to_bytes(4, "big") + b"\x00"
+    c = converter(registry_url)
+    for _ in range(2):
+        with pytest.raises(DataError, match="^the Connect schema of M0 nests too deeply for klog$"):
+            c.to_connect("deep", header)
+    schema: dict = {"type": "int32", "optional": True}
+    for i in range(levels, -1, -1):
+        schema = {"type": "struct", "name": f"M{i}", "optional": True, "fields": [{**schema, "field": "m"}]}
+    with pytest.raises(DataError, match="^Invalid protobuf schema definition: a schema nested too deeply"):
+        c.from_connect("deep", schema, {"m": None})
