@@ -724,6 +724,7 @@ class _ToConnect:
         # (id of a struct's fields, message) -> its reader once made: a recursive schema's struct holding itself
         # is read by the reader being made (a message's depth is bounded by the parser's: MESSAGE_DEPTH_MAX)
         self._making: dict[tuple[int, str], list[Callable[[Any], Any]]] = {}
+        self._depth = threading.local()  # with generate.struct.for.nulls: the back references a read went through
 
     def optional_names(self, descriptor: Any) -> tuple[frozenset[str], frozenset[str]]:
         names = self._optional.get(descriptor.full_name)
@@ -859,12 +860,32 @@ class _ToConnect:
         key = (id(schema.get("fields")), descriptor.full_name)
         making = self._making.get(key)
         if making is not None:  # the struct holds itself: what reads it is being made, and called once made
-            return lambda message: making[0](message)
+            return self._endless(making, descriptor.full_name) if self.options.struct_for_nulls else \
+                lambda message: making[0](message)
         making = self._making[key] = [_same]
         try:
             making[0] = read = self._make_struct_reader(schema, descriptor)
         finally:
             del self._making[key]
+        return read
+
+    def _endless(self, making: list[Callable[[Any], Any]], full: str) -> Callable[[Any], Any]:
+        """generate.struct.for.nulls on a message holding its own type: an unset field of it is a struct of its
+        defaults, whose own unset field is another, endlessly (Confluent's converter overflows its stack). No
+        message parsed nests deeper than MESSAGE_DEPTH_MAX: past that, a DataError."""
+        depth = self._depth
+
+        def read(message: Any) -> Any:
+            level = getattr(depth, "level", 0) + 1
+            if level > MESSAGE_DEPTH_MAX:
+                raise DataError(f"generate.struct.for.nulls makes an endless struct of a null {full} held by "
+                                "itself (Confluent's converter overflows its stack)")
+            depth.level = level
+            try:
+                return making[0](message)
+            finally:
+                depth.level = level - 1
+
         return read
 
     def _make_struct_reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], dict[str, Any]]:

@@ -39,6 +39,7 @@ message Doc {
   google.protobuf.Value extra = 3;
   Node root = 4;
 }
+message Bag { google.protobuf.Struct payload = 1; }
 '''
 
 
@@ -60,7 +61,8 @@ def _classes() -> tuple[type, type]:
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(struct_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(proto.to_descriptor(proto.parse_text(TREE_PROTO), proto.well_known(), name="tree/doc.proto"))
-    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(n)) for n in ("tree.Doc", "tree.Node"))
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(n))
+                 for n in ("tree.Doc", "tree.Node", "tree.Bag"))
 
 
 def _doc(doc_class: type) -> object:
@@ -83,7 +85,7 @@ def _kind(**members: object) -> dict:
 
 
 def test_struct_value_and_a_tree_are_read_as_connect_data_and_written_back(registry_url):
-    doc_class, _ = _classes()
+    doc_class, *_ = _classes()
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     client = SchemaRegistryClient({"url": registry_url})
@@ -159,7 +161,7 @@ def test_a_message_holding_itself_at_the_top_and_nesting_past_protobufs_limit(re
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from google.protobuf.message import DecodeError
 
-    _, node_class = _classes()
+    _, node_class, _ = _classes()
     serializer = protobuf.ProtobufSerializer(node_class, SchemaRegistryClient({"url": registry_url}),
                                              {"use.deprecated.format": False})
     deserializer = protobuf.ProtobufDeserializer(node_class, {"use.deprecated.format": False})
@@ -190,7 +192,7 @@ def test_a_message_holding_itself_at_the_top_and_nesting_past_protobufs_limit(re
     with pytest.raises(DataError, match="^not Protobuf of schema 1: .*Depth"):
         c.to_connect("nodes", deep)
     # the same depth through google.protobuf.Struct's Value and ListValue (two messages a level)
-    doc_class, _ = _classes()
+    doc_class, *_ = _classes()
     doc = doc_class(id="deep")
     level = doc.extra
     for _ in range(500):
@@ -244,7 +246,7 @@ def test_walks_that_expand_a_schema_refuse_a_recursive_one_in_one_line(registry_
     from klog.connect.errors_handler import _source_record_text
     from klog.connect.transforms import Chain
 
-    doc_class, _ = _classes()
+    doc_class, *_ = _classes()
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     data = protobuf.ProtobufSerializer(doc_class, SchemaRegistryClient({"url": registry_url}),
@@ -288,7 +290,7 @@ def test_a_jdbc_sink_takes_recursive_records_and_a_too_deep_one_goes_to_the_dlq(
     import klog
     from tests.connect.helpers import running, values, wait_for
 
-    doc_class, _ = _classes()
+    doc_class, *_ = _classes()
     deep = doc_class(id="deep")
     level = deep.extra
     for _ in range(1000):
@@ -349,3 +351,26 @@ def test_a_chain_of_messages_deeper_than_the_stack_fails_its_records_in_one_line
         schema = {"type": "struct", "name": f"M{i}", "optional": True, "fields": [{**schema, "field": "m"}]}
     with pytest.raises(DataError, match="^Invalid protobuf schema definition: a schema nested too deeply"):
         c.from_connect("deep", schema, {"m": None})
+
+
+def test_generate_struct_for_nulls_on_a_message_holding_itself(registry_url):
+    """generate.struct.for.nulls makes an unset message field the struct of its defaults: of Node's `next`, a Node
+    whose `next` is another, endlessly (Confluent's converter overflows its stack): the record fails in one line.
+    google.protobuf.Struct's recursion goes through a oneof, a map and a repeated field, never generated: read."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    _, node_class, bag_class = _classes()
+    client = SchemaRegistryClient({"url": registry_url})
+    c = converter(registry_url, **{"generate.struct.for.nulls": "true"})
+    data = protobuf.ProtobufSerializer(node_class, client, {"use.deprecated.format": False})(
+        node_class(label="a"), ctx("nodes"))
+    for _ in range(2):
+        with pytest.raises(DataError, match="^generate.struct.for.nulls makes an endless struct of a null tree.Node"):
+            c.to_connect("nodes", data)
+    bag = bag_class()
+    bag.payload.update({"k": {"n": None}})
+    data = protobuf.ProtobufSerializer(bag_class, client, {"use.deprecated.format": False})(bag, ctx("bags"))
+    assert c.to_connect("bags", data)[1] == {"payload": {"fields": {"k": _kind(struct_value={"fields": {
+        "n": _kind(null_value="NULL_VALUE")}})}}}
+    assert c.to_connect("bags", protobuf.ProtobufSerializer(bag_class, client, {"use.deprecated.format": False})(
+        bag_class(), ctx("bags")))[1] == {"payload": {"fields": {}}}
