@@ -1265,7 +1265,10 @@ class ProtobufConverter(Converter):
             top, message_class = _message_types(self.registry, schema_id)
             index_path = _index_path(top, writer.schema.message)
             cls = message_class(index_path)
-            write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
+            try:
+                write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
+            except RecursionError:
+                raise DataError(f"the Connect schema {writer.schema.message} nests too deeply for klog") from None
         else:
             if self.config["auto.register.schemas"]:
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])

@@ -135,6 +135,15 @@ def test_struct_value_and_a_tree_are_read_as_connect_data_and_written_back(regis
     assert again.SerializeToString(deterministic=True) == doc.SerializeToString(deterministic=True)
     # and read back by the converter, the same Connect value
     assert converter(registry_url).to_connect("docs-copy", written)[1] == value
+    # with use.latest.version, into the subject's latest schema: Confluent's, google.protobuf.Struct's own classes
+    latest = converter(registry_url, **{"enhanced.protobuf.schema.support": "true", "auto.register.schemas": "false",
+                                        "use.latest.version": "true", "latest.compatibility.strict": "false"})
+    schema, value = latest.to_connect("docs", data)
+    assert (schema["name"], [f.get("name") for f in schema["fields"]][1:]) == (
+        "tree.Doc", ["google.protobuf.Struct", "google.protobuf.Value", "tree.Node"])
+    written = latest.from_connect("docs", schema, value)
+    assert written[:5] == data[:5]  # the latest's id: nothing registered
+    assert protobuf.ProtobufDeserializer(doc_class, {"use.deprecated.format": False})(written, ctx("docs")) == doc
 
 
 def _chain(node_class: type, levels: int) -> object:
