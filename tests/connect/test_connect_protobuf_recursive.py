@@ -288,9 +288,13 @@ def test_walks_that_expand_a_schema_refuse_a_recursive_one_in_one_line(registry_
 
 
 @pytest.mark.slow
-def test_a_jdbc_sink_takes_recursive_records_and_a_too_deep_one_goes_to_the_dlq(data_dir, tmp_path):
-    """Through the worker: Confluent's serializer's records of Doc into Confluent's JDBC sink (SQLite) with the
-    ProtobufConverter; the nested structs are JSON text columns. A record nested 1,000 deep fails its
+@pytest.mark.parametrize("sink", [
+    {"connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector", "auto.create": "true"},
+    {"connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector", "schema.evolution": "basic"}],
+    ids=["confluent", "debezium"])
+def test_a_jdbc_sink_takes_recursive_records_and_a_too_deep_one_goes_to_the_dlq(data_dir, tmp_path, sink):
+    """Through the worker: Confluent's serializer's records of Doc into Confluent's and Debezium's JDBC sinks
+    (SQLite) with the ProtobufConverter; the nested structs are JSON text columns. A record nested 1,000 deep fails its
     conversion in one line and goes to the dead letter queue with the others written."""
     import sqlite3
 
@@ -314,8 +318,7 @@ def test_a_jdbc_sink_takes_recursive_records_and_a_too_deep_one_goes_to_the_dlq(
             with s.producer() as p:
                 for r in records:
                     p.send("docs", r)
-        config = {"name": "docs-sink", "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector",
-                  "topics": "docs", "connection.url": f"jdbc:sqlite:{db}", "auto.create": "true",
+        config = {"name": "docs-sink", **sink, "topics": "docs", "connection.url": f"jdbc:sqlite:{db}",
                   "value.converter": PROTOBUF, "value.converter.schema.registry.url": url,
                   "key.converter": "org.apache.kafka.connect.storage.StringConverter",
                   "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
