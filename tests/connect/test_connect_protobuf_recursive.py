@@ -248,9 +248,10 @@ def test_a_recursive_connect_schema_becomes_the_proto_confluents_protobufdata_re
 
 
 def test_walks_that_expand_a_schema_refuse_a_recursive_one_in_one_line(registry_url):
-    """Kafka's JsonConverter and Flatten recurse over a recursive schema until the JVM's stack overflows; Confluent's
-    AvroConverter and JsonSchemaConverter are other schemas' converters. Here each refuses the record with one
-    line (a DataError: errors.tolerance decides), naming the struct."""
+    """Kafka's JsonConverter (writing the schema) and Flatten recurse over a recursive schema until the JVM's stack
+    overflows; Confluent's AvroConverter and JsonSchemaConverter are other schemas' converters. Here each refuses
+    the record with one line (a DataError: errors.tolerance decides), naming the struct. JsonConverter without
+    the schema writes the payload, as Kafka's does; a value too deep for the stack fails in one line."""
     from klog.connect.data import ConnectRecord
     from klog.connect.errors_handler import _source_record_text
     from klog.connect.transforms import Chain
@@ -262,13 +263,22 @@ def test_walks_that_expand_a_schema_refuse_a_recursive_one_in_one_line(registry_
                                        {"use.deprecated.format": False})(_doc(doc_class), ctx("docs"))
     schema, value = converter(registry_url).to_connect("docs", data)
     refused = r"takes no recursive schema: (Struct|Value|Node) holds itself"
-    for name, props in (("json", {}), ("json", {"schemas.enable": "false"}),
-                        ("avro", {"schema.registry.url": registry_url}),
+    for name, props in (("json", {}), ("avro", {"schema.registry.url": registry_url}),
                         ("jsonschema", {"schema.registry.url": registry_url})):
         c = make_converter("value.converter", name, props, False)
         for _ in range(2):  # (the refusal is not cached as a success)
             with pytest.raises(DataError, match=refused):
                 c.from_connect("docs-out", schema, value)
+    # JsonConverter without the schema: the payload follows the value, as Kafka's convertToJson
+    plain = make_converter("value.converter", "json", {"schemas.enable": "false"}, False)
+    written = json.loads(plain.from_connect("docs-out", schema, value))
+    assert written["root"] == value["root"] and written["payload"]["fields"]["size"] == _kind(number_value=3.5)
+    assert written == json.loads(json.dumps(value))
+    deep: dict = {"label": "", "children": [], "next": None}
+    for _ in range(1000):
+        deep = {"label": "", "children": [deep], "next": None}
+    with pytest.raises(DataError, match="^JsonConverter: a value nested too deeply to write$"):
+        plain.from_connect("docs-out", schema, {**value, "root": deep})
     chain = Chain({"transforms": "flat", "transforms.flat.type": "Flatten$Value"})
     record = ConnectRecord("docs", 0, None, None, schema, value)
     with pytest.raises(DataError, match="^Flatten " + refused):
