@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef, aliases
-from klog.connect.data import DECIMAL, Schema, primitive
+from klog.connect.data import DECIMAL, Schema, primitive, refuse_recursive
 from klog.connect.errors import ConfigError, DataError
 from klog.connect.java_numbers import java_double, java_float
 
@@ -98,7 +98,10 @@ class JsonConverter(Converter):
     def from_connect(self, topic: str, schema: Schema | None, value: Any) -> bytes | None:
         if schema is None and value is None:
             return None  # a tombstone stays one
-        text = _encode_as_jackson(self._payload, schema, value, schema is None).encode()
+        try:
+            text = _encode_as_jackson(self._payload, schema, value, schema is None).encode()
+        except RecursionError:  # a value nested deeper than Python's stack (a recursive schema's, a schemaless one)
+            raise DataError("JsonConverter: a value nested too deeply to write") from None
         if not self.schemas:
             return text
         # the schema's JSON once per schema object (a connector reuses them): most of an envelope's bytes
@@ -277,49 +280,37 @@ def _plain_float(value: Any) -> Any:
 
 
 def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
-                  null: NullFn | None = None) -> ValueFn | None:
+                  null: NullFn | None = None, making: dict[int, list] | None = None) -> ValueFn | None:
     """One conversion over a schema's value as a function, None where every part passes as is (most
     fields; not a struct when writing, whose shape is checked: _struct_writer). `leaf(schema)` converts
     one decimal, bytes or float part (None: it passes as is).
     `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
     a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing).
-    `null(part)` gives a null field's, element's or map value's replacement (None: it stays null)."""
+    `null(part)` gives a null field's, element's or map value's replacement (None: it stays null).
+    `making`: id of a struct's fields -> the function of that struct being made (a recursive schema's
+    struct holding itself is converted by it, once made)."""
     kind = schema.get("type")
     if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
     if kind == "struct":
         fields = schema.get("fields", [])
-        parts = [(f["field"], _compile_walk(f, leaf, lenient, null), null and null(f)) for f in fields]
-        if not lenient:
-            return _struct_writer(parts, [f["field"] for f in fields if not f.get("optional")])
-        todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
-        # a required field nothing replaces: its null (or absence) refused, as Kafka's convertToConnect
-        must = [(f["field"], _null_refused(f, True)) for f, (_, _, n) in zip(fields, parts, strict=True)
-                if n is None and not f.get("optional")]
-        if not todo and not must:
-            return None
-        # their values in one C call, a tuple even of one (the first name twice); KeyError: one is missing
-        must_values = operator.itemgetter(*(name for name, _ in must[:1] + must)) if must else None
-
-        def struct(v: Any) -> Any:  # (reading: a writer's struct is _struct_writer's)
-            if not isinstance(v, dict):
-                return v
-            if must_values is not None:
-                try:
-                    held = None not in must_values(v)
-                except KeyError:
-                    held = False
-                if not held:
-                    raise DataError(next(refused for name, refused in must if v.get(name) is None))
-            return _converted_fields(v, todo)
-
-        return struct
+        making = {} if making is None else making
+        cell = making.get(id(fields))
+        if cell is not None:
+            return lambda v: cell[0](v)
+        cell = making[id(fields)] = [_same]
+        try:
+            made = _compile_struct(fields, leaf, lenient, null, making)
+        finally:
+            del making[id(fields)]
+        cell[0] = made or _same
+        return made
     if kind == "map" and not _string_keys(schema):
-        return _compile_pairs(schema, leaf, lenient, null)
+        return _compile_pairs(schema, leaf, lenient, null, making)
     if kind in ("array", "map"):
         inner = schema.get("items" if kind == "array" else "values")
         replace = null and inner is not None and null(inner)
-        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null), replace)
+        item = None if inner is None else _nullable(_compile_walk(inner, leaf, lenient, null, making), replace)
         refused = None if inner is None or replace else _null_refused(inner, lenient)
         keys = schema.get("keys") if kind == "map" and not lenient else None  # (read, a JSON key is no null)
         key_refused = None if not isinstance(keys, dict) else _null_refused(keys, lenient)
@@ -346,6 +337,36 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
 
         return string_map
     return None
+
+
+def _compile_struct(fields: list[Schema], leaf: Callable[[Schema], ValueFn | None], lenient: bool,
+                    null: NullFn | None, making: dict[int, list]) -> ValueFn | None:
+    """_compile_walk of a struct of `fields`."""
+    parts = [(f["field"], _compile_walk(f, leaf, lenient, null, making), null and null(f)) for f in fields]
+    if not lenient:
+        return _struct_writer(parts, [f["field"] for f in fields if not f.get("optional")])
+    todo = [(name, c, n) for name, c, n in parts if c is not None or n is not None]
+    # a required field nothing replaces: its null (or absence) refused, as Kafka's convertToConnect
+    must = [(f["field"], _null_refused(f, True)) for f, (_, _, n) in zip(fields, parts, strict=True)
+            if n is None and not f.get("optional")]
+    if not todo and not must:
+        return None
+    # their values in one C call, a tuple even of one (the first name twice); KeyError: one is missing
+    must_values = operator.itemgetter(*(name for name, _ in must[:1] + must)) if must else None
+
+    def struct(v: Any) -> Any:  # (reading: a writer's struct is _struct_writer's)
+        if not isinstance(v, dict):
+            return v
+        if must_values is not None:
+            try:
+                held = None not in must_values(v)
+            except KeyError:
+                held = False
+            if not held:
+                raise DataError(next(refused for name, refused in must if v.get(name) is None))
+        return _converted_fields(v, todo)
+
+    return struct
 
 
 def _null_refused(part: Schema, reading: bool) -> str | None:
@@ -433,7 +454,7 @@ def _string_keys(schema: Schema) -> bool:
 
 
 def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], lenient: bool,
-                   null: NullFn | None) -> ValueFn:
+                   null: NullFn | None, making: dict[int, list] | None = None) -> ValueFn:
     """A map whose keys are not strings, as Kafka's JsonConverter has it: an array of [key, value]
     pairs (writing), the pairs a map again (reading; an object, as klog wrote such a map before, is
     read as it was, and a list that is not all pairs of hashable keys passes as it is)."""
@@ -441,7 +462,7 @@ def _compile_pairs(schema: Schema, leaf: Callable[[Schema], ValueFn | None], len
         if not part:
             return _same
         replace = null and null(part)
-        convert = _nullable(_compile_walk(part, leaf, lenient, null), replace) or _same
+        convert = _nullable(_compile_walk(part, leaf, lenient, null, making), replace) or _same
         return _required(convert, None if replace else _null_refused(part, lenient))
 
     key_of, value_of = part_of(schema["keys"]), part_of(schema.get("values"))
@@ -662,6 +683,8 @@ def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
     hit = _SCHEMA_JSON.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
+    refuse_recursive(schema, "JsonConverter")  # Kafka's asJsonSchema recurses until its stack overflows (its
+    # payload follows the value: a recursive schema's is written with schemas.enable=false)
     data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()

@@ -131,3 +131,95 @@ def infer_schema(value: Any) -> Schema | None:
     if isinstance(value, list):
         return primitive("array", items=infer_schema(value[0]) if value else primitive("string"))
     return primitive("string")
+
+
+# -- recursive schemas -----------------------------------------------------------------------------------
+# A recursive schema (ProtobufConverter reads google.protobuf.Struct, Value and self-referencing messages as
+# one, as Confluent's ProtobufData builds them) holds itself: a struct's field (or an array's items, a map's
+# values) is a schema sharing the "fields" list of a struct around it, as Confluent's SchemaWrapper shares
+# its builder's fields. The walks that expand a schema as a tree refuse it (recursive_struct); the ones that
+# follow a value, or compile a schema with what they met on the way, take it.
+_PARTS = ("fields", "items", "keys", "values")
+_RECURSIVE: dict[int, tuple[Any, str | None]] = {}
+_RECURSIVE_MAX = 4096
+
+
+def recursive_struct(schema: Any) -> str | None:
+    """The name of a struct in `schema` that holds itself ("an unnamed struct" for one without a name), None
+    where none does. Each dict and list is walked once, without recursion (a deep schema overflows no stack);
+    cached by the schema object (a connector reuses its schemas)."""
+    if not isinstance(schema, dict):
+        return None
+    hit = _RECURSIVE.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    found = _cycle_of(schema)
+    if len(_RECURSIVE) >= _RECURSIVE_MAX:
+        _RECURSIVE.clear()
+    _RECURSIVE[id(schema)] = (schema, found)  # kept alive: its id is not reused meanwhile
+    return found
+
+
+def _children(node: Any) -> list:
+    if isinstance(node, list):
+        return [x for x in node if isinstance(x, dict | list)]
+    return [node[p] for p in _PARTS if isinstance(node.get(p), dict | list)]
+
+
+def _cycle_of(schema: Schema) -> str | None:
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack = [(schema, iter(_children(schema)))]
+    on_path.add(id(schema))
+    while stack:
+        node, todo = stack[-1]
+        child = next(todo, None)
+        if child is None:
+            stack.pop()
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(child) in on_path:
+            owner = node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
+            return str(owner.get("name") or "an unnamed struct")
+        if id(child) not in done:
+            on_path.add(id(child))
+            stack.append((child, iter(_children(child))))
+    return None
+
+
+def refuse_recursive(schema: Any, what: str) -> None:
+    """A DataError naming the struct that holds itself where `schema` is recursive (`what`: who refuses it)."""
+    name = recursive_struct(schema)
+    if name is not None:
+        from klog.connect.errors import DataError
+
+        raise DataError(f"{what} takes no recursive schema: {name} holds itself (a google.protobuf.Struct or a "
+                        "message holding its own type, as ProtobufConverter reads them)")
+
+
+def schema_key(schema: Any) -> str:
+    """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct's fields (or any part)
+    are those of one around it, they are {"recursive": <levels up>}."""
+    import json
+
+    try:
+        return json.dumps(schema, sort_keys=True, default=str)
+    except ValueError:  # Circular reference detected
+        pass
+    path: list[int] = []  # ids of the dicts and lists around the one being copied
+
+    def acyclic(node: Any) -> Any:
+        if not isinstance(node, dict | list):
+            return node
+        if id(node) in path:
+            return {"recursive": len(path) - path.index(id(node))}
+        path.append(id(node))
+        try:
+            if isinstance(node, list):
+                return [acyclic(x) for x in node]
+            return {k: acyclic(v) if k in _PARTS else v for k, v in node.items()}
+        finally:
+            path.pop()
+
+    return json.dumps(acyclic(schema), sort_keys=True, default=str)

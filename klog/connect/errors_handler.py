@@ -133,13 +133,18 @@ def _source_record_text(r: Any) -> str:
             f"headers=ConnectHeaders(headers={', '.join(h[0] for h in r.headers or [])})}}")
 
 
-def _java_text(value: Any) -> str:
+def _java_text(value: Any, around: frozenset[int] = frozenset()) -> str:
+    """`around`: the ids of the maps and lists holding `value` (a recursive schema holds itself: "..." there)."""
     if value is None:
         return "null"
+    if isinstance(value, dict | list):
+        if id(value) in around:
+            return "{...}" if isinstance(value, dict) else "[...]"
+        around = around | {id(value)}
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={_java_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k}={_java_text(v, around)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(_java_text(v) for v in value) + "]"
+        return "[" + ", ".join(_java_text(v, around) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -14,7 +14,11 @@ io.confluent.connect.protobuf.Enum parameters enums; optional fields plain proto
 with optional.for.nullables, google.protobuf wrappers with wrapper.for.nullables; a primitive at the top its
 wrapper message. The other way reads any Protobuf schema as ProtobufData.toConnectSchema does (every field
 optional but with wrapper.for.nullables or optional.for.nullables, oneofs union structs named
-<oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter).
+<oneof>_<index>, enums strings (int32 with int.for.enums), a field's number its Tag parameter). A recursive
+message (google.protobuf.Struct, Value, ListValue, a message holding its own type) is a Connect schema holding
+itself, as Confluent's ToConnectContext and SchemaWrapper make it: a message met again inside itself is a struct
+sharing the fields list of the one being made (klog.connect.data: recursive_struct, schema_key); written back,
+such a field is one of the enclosing message's type, by its name; values nest at most MESSAGE_DEPTH_MAX messages.
 
 A Connect default is not written into the proto3 schema: Confluent's ProtobufData sets it on its descriptor,
 but its ProtobufSchema prints defaults for proto2 only, so the registered text has none either (and protobuf's
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 import struct as struct_
 import threading
 from collections import OrderedDict
@@ -50,7 +53,7 @@ from klog.connect.avro import (
 )
 from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, from_json
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, from_epoch_days
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, from_epoch_days, schema_key
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol import protobuf_schema as proto
 
@@ -71,6 +74,7 @@ MAP_ENTRY = "Entry"
 DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
+MESSAGE_DEPTH_MAX = 100  # messages nested below the root: Protobuf's parsers' recursion limit (Java's, upb's)
 CONNECT_FIELDS_MAX = 50_000  # fields of a read schema's Connect schema, nested ones counted (Debezium's widest: ~10k)
 TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
@@ -175,6 +179,9 @@ def proto_schema(schema: Schema, options: Options = Options()) -> ProtoOfConnect
         return _ToProto(options).file(schema)
     except (ValueError, TypeError, KeyError) as e:  # a Tag or enum number that is no integer, a malformed schema
         raise DataError(f"Invalid protobuf schema definition: {type(e).__name__}: {e}") from None
+    except RecursionError:  # a union holding itself (no message to name), or nesting no stack holds
+        raise DataError("Invalid protobuf schema definition: a schema nested too deeply (or a union holding "
+                        "itself)") from None
 
 
 class _ToProto:
@@ -183,6 +190,9 @@ class _ToProto:
         self.unnamed = 0
         self.imports: list[str] = []
         self.children: dict[int, set[str]] = {}  # id of a Message -> the nested messages defined in it
+        # the structs whose messages are being made: id of their fields -> the message's name (a struct holding
+        # itself, a recursive schema, is a field of that message's type: by its name, found in the enclosing scope)
+        self.open: dict[int, str] = {}
 
     def file(self, schema: Schema) -> ProtoOfConnect:
         namespace, name = self._split(self._name_or_default(schema.get("name")))
@@ -211,7 +221,9 @@ class _ToProto:
     def _message(self, name: str, schema: Schema) -> proto.Message:
         message = proto.Message(name)
         index = 1
-        for f in schema.get("fields", []):
+        fields = schema.get("fields", [])
+        self.open[id(fields)] = name
+        for f in fields:
             tag_param = _params(f).get(TAG)
             if tag_param is not None:
                 tag = int(tag_param)
@@ -220,6 +232,7 @@ class _ToProto:
             made = self._field(message, f, self.options.name(f["field"]), tag, False)
             if made is not None:
                 message.fields.append(made)
+        del self.open[id(fields)]
         return message
 
     def _label(self, schema: Schema) -> str | None:
@@ -232,6 +245,9 @@ class _ToProto:
         label = self._label(schema)
         if schema.get("type") == "array":
             schema = schema["items"]
+        around = self.open.get(id(schema.get("fields"))) if schema.get("type") == "struct" else None
+        if around is not None and not is_union(schema):
+            return proto.Field(name, tag, around, label)  # a message holding its own type (or an enclosing one's)
         params: dict[str, str] = {}
         kind = self._data_type(schema, name, params, oneof_member)
         if schema.get("type") == "struct" and is_union(schema):
@@ -352,13 +368,57 @@ class _ToMessage:
     def __init__(self, options: Options, latest: bool = False) -> None:
         self.options = options
         self.latest = latest  # into use.latest.version's schema, not the value's own: it may lack a field
+        # (id of a struct's fields, message) -> its setter once made: a recursive schema's struct holding itself
+        # is written by the setter being made
+        self._making: dict[tuple[int, str], list[Setter]] = {}
+        self.recursive = False  # a struct held itself: its values' depth is counted (_nested)
+        self._depth = threading.local()  # the message level a thread is writing at (with `recursive`)
 
     def root(self, schema: Schema, descriptor: Any) -> Setter:
-        if schema.get("type") == "struct":
-            return self.struct(schema, descriptor)
-        return self._message(schema, descriptor)  # a primitive at the top: its wrapper message
+        if schema.get("type") != "struct":
+            return self._message(schema, descriptor)  # a primitive at the top: its wrapper message
+        write = self.struct(schema, descriptor)
+        if not self.recursive or self._counting:
+            return write
+        self._counting = True  # made again, each message level counted: a value as deep as it likes is refused
+        return self.root(schema, descriptor)
+
+    _counting = False
 
     def struct(self, schema: Schema, descriptor: Any) -> Setter:
+        key = (id(schema.get("fields")), descriptor.full_name)
+        making = self._making.get(key)
+        if making is not None:  # the struct holds itself: what writes it is being made, and called once made
+            self.recursive = True
+            return lambda message, value, where: making[0](message, value, where)
+        making = self._making[key] = [_skip]
+        try:
+            write = self._struct(schema, descriptor)
+        finally:
+            del self._making[key]
+        making[0] = write = self._nested(write) if self._counting else write
+        return write
+
+    def _nested(self, write: Setter) -> Setter:
+        """`write` one message level deeper; past MESSAGE_DEPTH_MAX a DataError (Protobuf's parsers, Confluent's
+        deserializer's and klog's, refuse what nests deeper)."""
+        depth = self._depth
+
+        def nested(message: Any, value: Any, where: str) -> None:
+            level = getattr(depth, "level", -1) + 1
+            if level > MESSAGE_DEPTH_MAX:
+                shown = where if len(where) <= 160 else "..." + where[where.find(".", len(where) - 120):]
+                raise DataError(f"{shown}: a value nested deeper than {MESSAGE_DEPTH_MAX} messages (Protobuf's "
+                                "parsers, Confluent's deserializer's among them, read no deeper)")
+            depth.level = level
+            try:
+                write(message, value, where)
+            finally:
+                depth.level = level - 1
+
+        return nested
+
+    def _struct(self, schema: Schema, descriptor: Any) -> Setter:
         steps = [self._step(f, descriptor) for f in schema.get("fields", [])]
 
         def write(message: Any, value: Any, where: str) -> None:
@@ -471,7 +531,7 @@ class _ToMessage:
                 if v is not None:
                     value_set(e, v, f"{where}{{value}}")
 
-        return write_entries
+        return self._nested(write_entries) if self._counting else write_entries  # (its entries: a level)
 
     def _proto_map(self, name: str, key_fd: Any, value_fd: Any, schema: Schema) -> Setter:
         key_conv = self._scalar(key_fd, schema["keys"])
@@ -494,7 +554,7 @@ class _ToMessage:
                 except (TypeError, ValueError) as e:
                     raise DataError(f"{where}: {e}") from None
 
-        return write_map
+        return self._nested(write_map) if self._counting else write_map  # (its entries: a level)
 
     def _message(self, schema: Schema, descriptor: Any) -> Setter:
         """Into a message field: a logical type's, a wrapper's, or a struct's."""
@@ -655,10 +715,16 @@ class _ToConnect:
     def __init__(self, options: Options, metas: dict[tuple[str, str], dict[str, str]]) -> None:
         self.options = options
         self.metas = metas
-        self.open: set[str] = set()
+        # the messages whose structs are being made -> their fields (what a field of that message again shares: a
+        # recursive schema, as Confluent's SchemaWrapper) and whether such a field made it optional
+        self.open: dict[str, tuple[list[Schema], list[bool]]] = {}
         self.fields_made = 0  # by the root() being made
         # a message's full name -> its _optional_names (asked for its schema and for its reader)
         self._optional: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        # (id of a struct's fields, message) -> its reader once made: a recursive schema's struct holding itself
+        # is read by the reader being made (a message's depth is bounded by the parser's: MESSAGE_DEPTH_MAX)
+        self._making: dict[tuple[int, str], list[Callable[[Any], Any]]] = {}
+        self._depth = threading.local()  # with generate.struct.for.nulls: the back references a read went through
 
     def optional_names(self, descriptor: Any) -> tuple[frozenset[str], frozenset[str]]:
         names = self._optional.get(descriptor.full_name)
@@ -677,10 +743,14 @@ class _ToConnect:
 
     def struct(self, descriptor: Any) -> Schema:
         full = descriptor.full_name
-        if full in self.open:
-            raise DataError(f"recursive Protobuf messages ({full}) have no Connect schema in klog")
-        self.open.add(full)
+        name = full if self.options.enhanced else descriptor.name
+        around = self.open.get(full)
+        if around is not None:  # a message holding itself: its struct's fields, not made again (ToConnectContext)
+            around[1][0] = True  # SchemaWrapper.optional() makes the struct it wraps optional
+            return {"type": "struct", "fields": around[0], "optional": True, "name": name}
         fields: list[Schema] = []
+        optional = [False]
+        self.open[full] = (fields, optional)
         optional_names, keyword = self.optional_names(descriptor)
         for i, oneof in enumerate(descriptor.oneofs):
             if _synthetic(oneof, optional_names):
@@ -693,9 +763,8 @@ class _ToConnect:
             if fd.containing_oneof is not None and not _synthetic(fd.containing_oneof, optional_names):
                 continue
             fields.append({**self.field(fd, False, fd.name in keyword), "field": fd.name})
-        self.open.discard(full)
-        return _ordered({"type": "struct", "fields": fields, "optional": False,
-                         "name": full if self.options.enhanced else descriptor.name})
+        del self.open[full]
+        return _ordered({"type": "struct", "fields": fields, "optional": optional[0], "name": name})
 
     def union(self, oneof: Any) -> Schema:
         if self.options.generalized:
@@ -788,6 +857,38 @@ class _ToConnect:
         return (lambda m: m.value) if inner is None else (lambda m: inner(m.value))
 
     def _struct_reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], dict[str, Any]]:
+        key = (id(schema.get("fields")), descriptor.full_name)
+        making = self._making.get(key)
+        if making is not None:  # the struct holds itself: what reads it is being made, and called once made
+            return self._endless(making, descriptor.full_name) if self.options.struct_for_nulls else \
+                lambda message: making[0](message)
+        making = self._making[key] = [_same]
+        try:
+            making[0] = read = self._make_struct_reader(schema, descriptor)
+        finally:
+            del self._making[key]
+        return read
+
+    def _endless(self, making: list[Callable[[Any], Any]], full: str) -> Callable[[Any], Any]:
+        """generate.struct.for.nulls on a message holding its own type: an unset field of it is a struct of its
+        defaults, whose own unset field is another, endlessly (Confluent's converter overflows its stack). No
+        message parsed nests deeper than MESSAGE_DEPTH_MAX: past that, a DataError."""
+        depth = self._depth
+
+        def read(message: Any) -> Any:
+            level = getattr(depth, "level", 0) + 1
+            if level > MESSAGE_DEPTH_MAX:
+                raise DataError(f"generate.struct.for.nulls makes an endless struct of a null {full} held by "
+                                "itself (Confluent's converter overflows its stack)")
+            depth.level = level
+            try:
+                return making[0](message)
+            finally:
+                depth.level = level - 1
+
+        return read
+
+    def _make_struct_reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], dict[str, Any]]:
         by_name = {f["field"]: f for f in schema.get("fields", [])}
         names = list(by_name)
         optional_names, keyword = self.optional_names(descriptor)
@@ -1110,7 +1211,7 @@ class ProtobufConverter(Converter):
         hit = self._by_object.get(id(schema))
         if hit is not None and hit[0] is schema:
             return hit[1]
-        text = json.dumps(schema, sort_keys=True, default=str)
+        text = schema_key(schema)
         with self._lock:
             writer = self._by_text.get(text)
             if writer is None:
@@ -1133,8 +1234,11 @@ class ProtobufConverter(Converter):
                 cls = local_message_class(file, writer.schema.message)
             except (proto.ProtoError, ProtobufCodecError) as e:
                 raise DataError(f"the Connect schema's Protobuf schema is not one Protobuf takes: {e}") from None
-            writer.local = _Local(cls, _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR),
-                                  _index_path(file, writer.schema.message))
+            try:
+                write = _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR)
+            except RecursionError:
+                raise DataError(f"the Connect schema {writer.schema.message} nests too deeply for klog") from None
+            writer.local = _Local(cls, write, _index_path(file, writer.schema.message))
         return writer.local
 
     def _registered(self, subject: str, writer: _Writer) -> _Written:
@@ -1161,7 +1265,10 @@ class ProtobufConverter(Converter):
             top, message_class = _message_types(self.registry, schema_id)
             index_path = _index_path(top, writer.schema.message)
             cls = message_class(index_path)
-            write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
+            try:
+                write = _ToMessage(self.options, latest=True).root(writer.connect, cls.DESCRIPTOR)
+            except RecursionError:
+                raise DataError(f"the Connect schema {writer.schema.message} nests too deeply for klog") from None
         else:
             if self.config["auto.register.schemas"]:
                 schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
@@ -1205,6 +1312,8 @@ class ProtobufConverter(Converter):
                                   _has_required(descriptor, set()))
             except DataError as e:
                 hit = str(e)
+            except RecursionError:  # a chain of messages longer than the stack holds (not a recursive one)
+                hit = f"the Connect schema of {descriptor.full_name} nests too deeply for klog"
             reader.by_path[key] = hit
         if isinstance(hit, str):
             raise DataError(hit)

@@ -17,7 +17,16 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from klog.connect.config import ConfigDef, java_regex, regex_check, with_prefix
-from klog.connect.data import DATE, TIME, TIMESTAMP, ConnectRecord, Schema, fields_by_name, primitive
+from klog.connect.data import (
+    DATE,
+    TIME,
+    TIMESTAMP,
+    ConnectRecord,
+    Schema,
+    fields_by_name,
+    primitive,
+    refuse_recursive,
+)
 from klog.connect.errors import ConfigError, DataError
 
 KAFKA_PKG = "org.apache.kafka.connect.transforms."
@@ -250,6 +259,7 @@ class Flatten(Transform):
             out: dict = {}
             self._flat_map(self.need_map(value, "flattening"), "", out)
             return self.replaced(record, None, out)
+        refuse_recursive(schema, "Flatten")  # (Kafka's recurses until its stack overflows)
         fields: list[Schema] = []
         out = {}
         self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
