@@ -772,15 +772,19 @@ class PartitionLog:
         self._save_state(sync=True)
         return True
 
-    def append(self, batch: bytes, header: BatchHeader) -> int:
+    def append(self, batch: bytes, header: BatchHeader, gap_ok: bool = False) -> int:
         """Append an already-stamped batch at the log end; returns its position. With
-        defer_state, the replica state file is left to settle_state() or the next flush()."""
+        defer_state, the replica state file is left to settle_state() or the next flush().
+        `gap_ok`: a follower's copy of a compacted leader's batch (replication.catch_up), which
+        may start above the log end (offsets its cleaner removed); else a batch starting above
+        the log end is one of a leader whose log starts there (start_at)."""
         assert self._fds is not None, "open_for_write first"
         active = self.active
-        if header.base_offset > active.next_offset:  # type: ignore[operator]
-            self._start_at(header.base_offset)
+        if header.base_offset > active.next_offset and not gap_ok:  # type: ignore[operator]
+            self.start_at(header.base_offset)
             active = self.active
-        assert header.base_offset == active.next_offset, (header.base_offset, active.next_offset)
+        assert header.base_offset == active.next_offset or (gap_ok and header.base_offset > active.next_offset), (
+            header.base_offset, active.next_offset)
         decided, self.roll_decided = self.roll_decided, None
         if decided is not header and self.should_roll(header):
             self.roll(header.base_offset)
@@ -806,10 +810,11 @@ class PartitionLog:
         """Appends the replica state file does not describe yet (settle_state(now=True) writes it)."""
         return self._state_lag > 0
 
-    def _start_at(self, base: int) -> None:
+    def start_at(self, base: int) -> None:
         """A follower copying a leader whose log starts past the follower's end (retention or
         delete-records moved it): drop everything and begin at that offset (Kafka's
-        truncateFullyAndStartAt; the leader's appends and compaction never leave a gap)."""
+        truncateFullyAndStartAt; the gaps a compacted leader's cleaner leaves are appended over,
+        append's gap_ok)."""
         assert self._fds is not None
         self.drop_flushes()
         self._fds.close()
