@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+
+import pytest
 
 import klog
 from klog.broker import lifecycle
@@ -89,6 +92,7 @@ def test_a_read_from_an_offset_in_a_gap_starts_at_the_next_batch(store, cli):
     assert r.exit_code == 0 and r.out.split() == [str(o) for o in offsets]
 
 
+@pytest.mark.slow
 def test_a_follower_catches_up_across_the_gaps_and_the_replicas_agree(tmp_path):
     dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
     with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
@@ -116,3 +120,90 @@ def test_a_follower_catches_up_across_the_gaps_and_the_replicas_agree(tmp_path):
             images.append([fb.data for fetched in PartitionReader(replica, 0, 61) for fb in fetched.batches])
         assert images[0] == images[1] and len(images[0]) == len(want)
         assert all(r["ok"] for r in verify_store(store)), verify_store(store)
+
+
+def _headers_of(store, topic):
+    leader = store.partition(topic, 0).leader
+    leader.refresh_segments()
+    return [h for base in leader.bases
+            for _, h in leader.segments[base].iter_headers(0, leader.segments[base].file_size())]
+
+
+def _clock(ms):
+    return lambda: ms / 1000
+
+
+@pytest.mark.slow
+def test_transaction_markers_go_after_delete_retention_and_aborted_records_at_once(store, cli):
+    store.create_topic("t", 1, configs={**COMPACTED, "delete.retention.ms": "1000"})
+    with store.producer(transactional_id="tx") as producer:
+        with producer.transaction():
+            producer.send("t", b"a1", key=b"a", partition=0)
+        producer.begin()
+        producer.send("t", b"a-aborted", key=b"a", partition=0)
+        producer.flush()
+        producer.abort()
+        with producer.transaction():
+            producer.send("t", b"b1", key=b"b", partition=0)
+        pid = producer.producer_id
+    _write(store, "t", [b"a", b"b"] + [b"f%d" % i for i in range(12)], start_ts=int(time.time() * 1000))
+    active = store.partition("t", 0).leader.bases[-1]
+    markers = [h.base_offset for h in _headers_of(store, "t") if h.is_control]
+    assert len(markers) == 3 and markers[-1] < active
+    aborted_offset = markers[0] + 1
+    now = int(time.time() * 1000)
+
+    lifecycle.compact(store, "t", clock=_clock(now))
+    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    assert aborted_offset not in headers  # the aborted transaction's batch went at once
+    # its batches were seen in this cleaning, so every marker stays, without a horizon yet
+    assert all(m in headers and not headers[m].has_delete_horizon for m in markers)
+    # the transactional producer's last batch (b1's) stays, empty: its last sequence and epoch
+    last = max(h.base_offset for h in headers.values() if h.producer_id == pid and not h.is_control)
+    assert headers[last].records_count == 0 and last == markers[2] - 1
+    assert [h for h in headers.values() if h.producer_id == pid and not h.is_control] == [headers[last]]
+
+    lifecycle.compact(store, "t", clock=_clock(now + 10))  # no batch of the first two is left: their horizon
+    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    assert [headers[m].has_delete_horizon for m in markers] == [True, True, False]
+    assert headers[markers[0]].base_timestamp == now + 10 + 1000
+    assert all(r["ok"] for r in verify_store(store)), verify_store(store)  # the .txnindex without the abort
+
+    lifecycle.compact(store, "t", clock=_clock(now + 10 + 999))
+    assert all(m in {h.base_offset for h in _headers_of(store, "t")} for m in markers)
+    lifecycle.compact(store, "t", clock=_clock(now + 10 + 1000))
+    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    assert [m in headers for m in markers] == [False, False, True]  # the last one's transaction keeps a batch
+    want = {b"a": b"a", b"b": b"b"} | {b"f%d" % i: b"v" * 30 for i in range(12)}
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = {r.key: r.value for r in store.consumer("t", isolation_level=isolation)}
+        assert got == {k: (b"v" * 30) for k in want}, isolation
+    r = cli("verify")
+    assert r.exit_code == 0, r.out
+
+
+def test_an_idempotent_producer_goes_on_after_its_batches_were_cleaned_with_the_next_sequence(store):
+    from klog.broker.batches import RawAppender
+    from klog.errors import OutOfOrderSequenceError
+    from klog.store import codec
+
+    store.create_topic("c", 1, configs=COMPACTED)
+    pid, now = 4242, int(time.time() * 1000)
+
+    def batch(seq, key):
+        return codec.write_batch([(key, b"v" * 30, (), now)], base_offset=0, attributes=0, last_offset_delta=0,
+                                 base_timestamp=now, max_timestamp=now, producer_id=pid, producer_epoch=0,
+                                 base_sequence=seq)
+
+    appender = RawAppender(store)
+    for seq in range(12):
+        appender.append("c", 0, batch(seq, b"k%d" % (seq % 3)), "all")
+    _write(store, "c", [b"k0", b"k1", b"k2"] + [b"f%d" % i for i in range(10)], start_ts=now)
+    lifecycle.compact(store, "c", clock=_clock(now))
+    mine = [h for h in _headers_of(store, "c") if h.producer_id == pid]
+    assert len(mine) == 1 and mine[0].base_sequence == 11 and mine[0].records_count == 0  # its last batch, empty
+    fresh = RawAppender(store)  # a restart: the producer states are rebuilt from the log
+    with pytest.raises(OutOfOrderSequenceError):
+        fresh.append("c", 0, batch(13, b"k0"), "all")
+    end = store.partition("c", 0).high_watermark()
+    assert fresh.append("c", 0, batch(12, b"k0"), "all").base_offset == end
