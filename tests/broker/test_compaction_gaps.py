@@ -207,3 +207,83 @@ def test_an_idempotent_producer_goes_on_after_its_batches_were_cleaned_with_the_
         fresh.append("c", 0, batch(13, b"k0"), "all")
     end = store.partition("c", 0).high_watermark()
     assert fresh.append("c", 0, batch(12, b"k0"), "all").base_offset == end
+
+
+def _spread_topic(store, topic="c", every=7):
+    """A compacted topic cleaned with survivors spread out: a key of its own every `every`th record."""
+    store.create_topic(topic, 1, configs=COMPACTED)
+    _write(store, topic, [b"u%d" % i if i % every == 0 else b"x" for i in range(60)])
+    lifecycle.compact(store, topic, clock=clock_at(NOW))
+    return [(r.offset, r.key, r.value) for r in store.consumer(topic)]
+
+
+def test_catch_up_that_stopped_in_a_gap_goes_on_from_there(store, tmp_path):
+    from klog.broker.replication import catch_up
+    from klog.store.log import PartitionLog
+
+    want = _spread_topic(store)
+    leader = store.partition("c", 0).leader
+    follower = PartitionLog(str(tmp_path / "c-0"), leader.config)
+    os.makedirs(follower.directory)
+    follower.open_for_write()
+    try:
+        gap = next(o for o, _, _ in want if o > 10) - 1  # an offset no batch holds
+        assert gap not in {o for o, _, _ in want}
+        assert catch_up(leader, follower, gap) < gap  # stops below the gap: the leader's next batch is above it
+        end = catch_up(leader, follower, leader.log_end_offset)
+        assert end == leader.log_end_offset
+        got = [(r[0], r[2], r[3]) for fetched in PartitionReader(follower, 0, end) for fb in fetched.batches
+               for r in fb.records()]
+        assert got == want
+    finally:
+        follower.close()
+
+
+def test_an_emptied_segment_is_recovered_and_the_log_goes_on(store, cli, data_dir):
+    want = _spread_topic(store, every=12)
+    folder = store.partition("c", 0).leader.directory
+    empty = [n for n in sorted(os.listdir(folder)) if n.endswith(".log")
+             and os.path.getsize(os.path.join(folder, n)) == 0][:-1]
+    assert empty  # segments every batch of which went
+    for name in empty:  # no index: the emptied segments are recovered from their (empty) logs
+        for suffix in (".index", ".timeindex"):
+            os.unlink(os.path.join(folder, name[:-len(".log")] + suffix))
+    leader = store.partition("c", 0).leader
+    for name in empty:  # Kafka's LogSegment.recover of an empty segment: nothing to cut, nothing wrong
+        result = leader.segments[int(name[:-len(".log")])].recover()
+        assert (result.valid_bytes, result.truncated_bytes, result.reason) == (0, 0, None)
+    store.close()
+    with klog.open(data_dir) as again:
+        with again.producer() as p:
+            p.send("c", b"after", key=b"k", partition=0, timestamp=T0 + 100)
+        assert [(r.offset, r.key, r.value) for r in again.consumer("c")] == [*want, (60, b"k", b"after")]
+        assert again.partition("c", 0).log_start_offset() == 0
+    assert cli("verify").exit_code == 0
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".log")
+                  and os.path.getsize(os.path.join(folder, n)) == 0)[:len(empty)] == empty
+
+
+@pytest.mark.slow
+def test_confluent_kafka_reads_the_cleaned_log_through_serve_from_anywhere(kafka_server):
+    ck = pytest.importorskip("confluent_kafka")
+    want = _spread_topic(kafka_server.store)
+    offsets = [o for o, _, _ in want]
+    for start in (0, 3, offsets[1] - 1, offsets[1]):
+        consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": f"g{start}",
+                                "enable.partition.eof": True, "enable.auto.commit": False})
+        consumer.assign([ck.TopicPartition("c", 0, start)])
+        got = []
+        deadline = time.monotonic() + 20
+        try:
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == ck.KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                got.append((msg.offset(), msg.key(), msg.value()))
+        finally:
+            consumer.close()
+        assert got == [w for w in want if w[0] >= start], start
