@@ -179,9 +179,9 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
 
     The first batch must hold `offset` (or start the log, when `offset` is below it: the caller
     checks that against the log start offset); each next batch starts where the one before
-    ends: klog's cleaner keeps emptied batches, so its batch offsets never have gaps. Kafka's
-    cleaner drops them, so in a compacted topic's cleaned segments a batch may start above where
-    the one before ended: `gap_ok(batch)` says where such an upward gap is legal. A break after
+    ends, but in a compacted topic's cleaned segments: the cleaner (klog's as Kafka's) drops the
+    batches it emptied, so there a batch may start above where the one before ended:
+    `gap_ok(batch)` says where such an upward gap is legal. A break after
     the first batch returns what comes before it (the next read reports it); a break at the
     first batch is a CorruptLogError naming the missing offsets.
     """
