@@ -116,7 +116,9 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
     if epochs:
         _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)
-    compacted, first = leader.compacted, leader.first_offset()
+    compacted, first = leader.cleaner_gaps, leader.first_offset()
+    if leader.cleaned and not follower.cleaned:
+        follower.mark_cleaned()  # (the copy has the same gaps)
     for fetched in PartitionReader(leader, follower.log_end_offset, leader_end, max_bytes=CATCH_UP_BYTES_PER_FETCH):
         for fb in fetched.batches:
             if fb.header.base_offset >= fetched.low:  # (a batch the follower holds part of is not copied)

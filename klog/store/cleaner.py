@@ -656,6 +656,7 @@ def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
     fsyncs, not three per segment."""
     if not cleaned:
         return
+    log.mark_cleaned()  # (first: whatever is swapped in, readers take its gaps from now on)
     for c in cleaned:  # the state recovery rolls back: a .log.cleaned
         for suffix, temp in zip(SWAPPED_SUFFIXES, c.temps, strict=True):
             os.replace(temp, c.final(suffix) + CLEANED_SUFFIX)

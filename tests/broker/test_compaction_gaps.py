@@ -287,3 +287,16 @@ def test_confluent_kafka_reads_the_cleaned_log_through_serve_from_anywhere(kafka
         finally:
             consumer.close()
         assert got == [w for w in want if w[0] >= start], start
+
+
+def test_a_cleaned_topic_set_to_delete_afterwards_still_reads_whole(store, cli):
+    """Kafka lets cleanup.policy go from compact to delete; the gaps the cleaner left stay, and so
+    must every reader's acceptance of them (the folder keeps a klog-cleaned marker)."""
+    want = _spread_topic(store)
+    store.alter_topic("c", set_configs={"cleanup.policy": "delete"})
+    assert [(r.offset, r.key, r.value) for r in store.consumer("c")] == want
+    with store.producer() as p:
+        p.send("c", b"after", key=b"k", partition=0, timestamp=T0 + 100)
+    assert [(r.offset, r.key, r.value) for r in store.consumer("c", start="1")] == [*want[1:], (60, b"k", b"after")]
+    r = cli("verify")
+    assert r.exit_code == 0, r.out
