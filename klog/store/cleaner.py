@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from klog.errors import CorruptLogError
+from klog.errors import CorruptLogError, KlogError
 from klog.store import codec, faults
 from klog.store.codec import BatchHeader
 from klog.store.config import LogConfig
@@ -687,8 +687,12 @@ def _write_txn_index(directory: str, base: int, entries: list[AbortedTxn]) -> No
     """The rewritten segment's `.txnindex` (Kafka writes the cleaned segment's with it), only where it
     changes. After the log's swap and not fsynced, as every `.txnindex` write: the markers are the
     truth (a crash before it leaves an entry whose marker stays, or whose marker went, which
-    read_committed readers take as a range of removed batches, and `klog dirs verify --repair` drops)."""
-    if read_txn_index(directory, base) != (entries or None):
+    read_committed readers take as a range of removed batches, and `klog verify --repair` drops)."""
+    try:
+        same = read_txn_index(directory, base) == (entries or None)
+    except KlogError:  # a symbolic link in its place: write_txn_index replaces the link
+        same = False
+    if not same:
         write_txn_index(directory, base, entries)
 
 
