@@ -26,7 +26,7 @@ from klog.store.throttle import Throttler
 
 if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
-    from klog.store.codec import BatchHeader
+    from klog.store.txn import AbortedTxn
 
 Clock = Callable[[], float]  # seconds, like time.time
 
@@ -105,7 +105,7 @@ def _retain(store: BrokerStore, topic: str, part: Partition, now_ms: int, result
 class _CompactionPlan:
     rng: cleaner.CleanableRange
     replicas: list[tuple[str, LogConfig]]  # (directory, config) of each replica, the leader first
-    aborted: Callable[[BatchHeader], bool]  # the batches of aborted transactions (cleaner.build_offset_map)
+    aborted: list[AbortedTxn]  # the log's aborted transactions below the range's end (cleaner.build_cleaning)
 
 
 def _plan_compaction(store: BrokerStore, topic: str, part: Partition, now_ms: int, force: bool,
@@ -150,18 +150,16 @@ def _stable(part: Partition) -> int:
         return view.refresh(part.high_watermark())
 
 
-def _aborted(part: Partition, rng: cleaner.CleanableRange) -> Callable[[BatchHeader], bool]:
-    """The batches of the aborted transactions the offset map's range [first dirty, first
-    uncleanable) holds (copied: the cleaning reads them without the lock). Only those: every
-    aborted range of the log's history (a compacted topic keeps its markers) was copied under the
-    partition's lock at each cleaning."""
+def _aborted(part: Partition, rng: cleaner.CleanableRange) -> list[AbortedTxn]:
+    """The aborted transactions of the log below its first uncleanable offset (copied: the cleaning
+    reads them without the lock): the cleaner removes their batches wherever they are, and their
+    ABORT markers once no batch of theirs is left, as Kafka's (CleanedTransactionMetadata)."""
     from klog.broker.offsets import stable_view
-    from klog.store.txn import aborted_filter
 
     view, view_lock = stable_view(part)
     with view_lock:
         view.refresh(part.high_watermark())  # (nothing new to walk under the lock, but the view is shared)
-        return aborted_filter(view.aborted_between(rng.first_dirty, rng.first_uncleanable))
+        return view.aborted_between(0, rng.first_uncleanable)
 
 
 def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPlan, now_ms: int,

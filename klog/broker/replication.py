@@ -116,12 +116,36 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
     if epochs:
         _truncate_to_epoch_end(follower, epochs, leader_end)
     _truncate_divergent_suffix(leader, follower)
+    compacted, first = leader.cleaner_gaps, leader.first_offset()
+    if leader.cleaned and not follower.cleaned:
+        follower.mark_cleaned()  # (the copy has the same gaps)
     for fetched in PartitionReader(leader, follower.log_end_offset, leader_end, max_bytes=CATCH_UP_BYTES_PER_FETCH):
         for fb in fetched.batches:
             if fb.header.base_offset >= fetched.low:  # (a batch the follower holds part of is not copied)
-                follower.append(fb.data, fb.header)
+                if compacted:
+                    _follow_segments(follower, fb.segment_base, fb.header.base_offset, first)
+                follower.append(fb.data, fb.header, gap_ok=compacted)
     follower.flush()
     return follower.log_end_offset
+
+
+def _follow_segments(follower: PartitionLog, segment_base: int, base_offset: int, leader_first: int) -> None:
+    """Before copying a batch of a compacted leader's segment at `segment_base`: the follower
+    starts a segment where the leader's does. Its cleaner leaves gaps (emptied batches and
+    segments removed) only in sealed segments and before a segment's first batch, which is where
+    readers take them (PartitionLog.cleaner_gap_ok); copied into one segment of the follower's, a
+    gap would sit inside its active segment, which readers refuse as damage (where the follower's
+    own segments already hold part of the leader's, it starts one at the batch after a gap). A
+    follower ending below the leader's first segment starts over there (retention moved the log
+    start past it)."""
+    end = follower.log_end_offset
+    if end < leader_first:
+        follower.start_at(leader_first)
+        end = leader_first
+    if follower.active.base_offset < segment_base and end <= segment_base:
+        follower.roll(segment_base)
+    elif base_offset > end:
+        follower.roll(base_offset)
 
 
 def epoch_end_offset(epochs: list[list[int]], epoch: int, leader_end: int) -> int:

@@ -209,12 +209,12 @@ def _check_replica(replica, snap) -> ReplicaCheck:
     cut_at = None
     expected = snap.log_start_offset if snap is not None else None  # the next offset the log must hold
     log_end = None
-    txns = TxnWalk(whole_history=bool(replica.bases) and replica.bases[0] == 0 and not replica.compacted)
+    txns = TxnWalk(whole_history=bool(replica.bases) and replica.bases[0] == 0 and not replica.cleaner_gaps)
     txn_indexes = {}
     high = None  # the first record whose attributes byte is >= 0x80
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
-        compacted, last = replica.compacted, i == len(replica.bases) - 1
+        compacted, last = replica.cleaner_gaps, i == len(replica.bases) - 1
         try:
             check = check_segment(segment, gaps_ok=compacted and not last,
                                   max_message_bytes=replica.config.max_message_bytes, sealed=not last, txns=txns)
@@ -248,7 +248,8 @@ def _check_replica(replica, snap) -> ReplicaCheck:
             break
         if check.valid_next_offset is not None:
             expected = log_end = check.valid_next_offset
-        elif i and expected is not None and base != expected:
+        elif i and expected is not None and base != expected and not (compacted and not last and base > expected):
+            # (a compacted log's sealed segment may be empty: the cleaner removed every batch of it)
             problems.append(f"{segment.log_path}: an empty segment at offset {base}, but the log before it ends "
                             f"at {expected}")
             cut_at = expected

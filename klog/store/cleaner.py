@@ -5,9 +5,20 @@ uncleanable)`; the active segment, segments reaching the high watermark and segm
 than `min.compaction.lag.ms` are uncleanable. The cleaner builds a map key -> last offset over
 the dirty part, then rewrites every cleanable segment keeping a record only if its offset is at
 least map[key] (or its key is not in the map). Offsets never change: a rewritten batch keeps
-its base offset and lastOffsetDelta, so records keep their offsets and gaps appear between them;
-a batch left with no records stays as an empty batch, so batches still follow each other with no
-gap (followers and catch-up rely on that).
+its base offset and lastOffsetDelta, so records keep their offsets and gaps appear between them.
+A batch left with no records is removed (gaps appear between batches too, and a segment may be
+left empty), as Kafka's Cleaner.cleanInto removes it (MemoryRecords.filterTo, BatchRetention),
+except two kept as empty batches (RETAIN_EMPTY): the last batch of each active producer (its last
+sequence and epoch survive for the producer state rebuilt from the log: active_producers) and the
+round's last batch (the one ending at the first uncleanable offset). Readers, verify and a
+follower's catch-up take a compacted log's gaps (PartitionLog.cleaner_gap_ok).
+
+Transactions (Kafka's CleanedTransactionMetadata, TxnCleaning here): an aborted transaction's
+batches are removed (none of their records is in the offset map either). A COMMIT or ABORT marker
+whose transaction has no batch left in the log is removed like a tombstone: the first cleaning that
+finds it so sets its delete horizon (now + delete.retention.ms), a cleaning after that removes it.
+A rewritten segment's `.txnindex` keeps the aborted transactions whose marker stays with batches of
+theirs still seen.
 
 Tombstones (null values) survive `delete.retention.ms` (KIP-534): the first cleaning that rewrites a
 batch holding a tombstone sets the batch's delete horizon (attribute bit 6; baseTimestamp = now +
@@ -33,7 +44,8 @@ committed one, so a kill at any point leaves each segment either old or new. A k
 `.cleaning` files are removed by the next cleaning of the partition (remove_stale_temps).
 
 Each segment is rewritten on its own (Kafka also merges small neighbours; klog does not), and
-only if something in it changes.
+only if something in it changes. A segment whose batches all went stays as an empty file: its
+offsets are a gap like any other, and it keeps the log start offset where it was.
 """
 
 from __future__ import annotations
@@ -47,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from klog.errors import CorruptLogError
+from klog.errors import CorruptLogError, KlogError
 from klog.store import codec, faults
 from klog.store.codec import BatchHeader
 from klog.store.config import LogConfig
@@ -69,11 +81,20 @@ from klog.store.names import fsync_dir, nofollow_opener
 from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
 from klog.store.throttle import Throttler
+from klog.store.txn import (
+    AbortedTxn,
+    aborted_filter,
+    control_marker,
+    is_transactional,
+    read_txn_index,
+    write_txn_index,
+)
 
 if TYPE_CHECKING:
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default (broker.batches has the same)
 CLEANING_SUFFIX = ".cleaning"  # a segment being rewritten, before the swap (see _new_temps)
 # -- recovery ------------------------------------------------------------------------------------
 # -- what is cleanable ---------------------------------------------------------------------------
@@ -166,6 +187,136 @@ def build_offset_map(log: PartitionLog, start: int, end: int, throttler: Throttl
     return offsets  # type: ignore[return-value]
 
 
+# -- producers and transactions ------------------------------------------------------------------
+@dataclass
+class _Producer:
+    last_data_offset: int | None  # the last offset of its last data batch (None: none since its epoch changed)
+    epoch: int
+    last_ms: int
+    in_txn: bool = False
+
+
+def active_producers(log: PartitionLog, now_ms: int,
+                     expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> dict[int, tuple[int | None, int]]:
+    """Kafka's UnifiedLog.lastRecordsOfActiveProducers from the log's batch headers: producer id ->
+    (last data offset or None, epoch) of each producer not expired (an open transaction, or a batch
+    within `expiration_ms`), as its ProducerStateManager holds them: a data batch sets the last data
+    offset; a marker of another epoch clears it (its epoch is then what must survive); an emptied
+    marker counts for nothing. Segments whose newest timestamp is older than the expiration are
+    skipped (a producer whose last batch lies there is expired), as ProducerStates' rebuild skips them."""
+    log.refresh_segments()
+    bases = list(log.bases)
+    since = now_ms - expiration_ms
+    keep = []
+    for base in reversed(bases):
+        keep.append(base)
+        segment = log.segments.get(base)
+        if segment is None:
+            continue
+        segment.time_index.refresh()
+        last = segment.time_index.last_entry()
+        if last is not None and last[0] < since and base != bases[-1]:
+            break
+    states: dict[int, _Producer] = {}
+    for base in reversed(keep):
+        segment = log.segments.get(base)
+        if segment is None:
+            continue
+        try:
+            for _, header in segment.pinned_headers():
+                pid = header.producer_id
+                if pid < 0 or (header.is_control and not header.records_count):
+                    continue
+                entry = states.get(pid)
+                if entry is None:
+                    entry = states[pid] = _Producer(None, header.producer_epoch, header.max_timestamp)
+                if entry.epoch != header.producer_epoch:
+                    entry.epoch, entry.last_data_offset = header.producer_epoch, None
+                entry.last_ms = header.max_timestamp
+                if header.is_control:
+                    entry.in_txn = False
+                else:
+                    entry.last_data_offset = header.last_offset
+                    entry.in_txn = entry.in_txn or is_transactional(header.attributes)
+        except FileNotFoundError:
+            continue  # deleted meanwhile (retention): its producers are older still
+    return {pid: (e.last_data_offset, e.epoch) for pid, e in states.items()
+            if e.in_txn or now_ms - e.last_ms < expiration_ms}
+
+
+class TxnCleaning:
+    """Kafka's CleanedTransactionMetadata: the transactions of one replica's cleaning, fed its
+    batches in offset order. `aborted`: the log's aborted transactions (from its markers and
+    `.txnindex`) up to the cleaning's end."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self.pending = sorted(aborted, key=lambda a: a.first_offset)
+        self.next = 0
+        self.committed: set[int] = set()  # producers with a batch of a committed transaction seen
+        self.aborting: dict[int, list] = {}  # producer id -> [its aborted transaction, a batch of it seen]
+        self.index: list[AbortedTxn] = []  # what the segment being cleaned keeps in its .txnindex
+
+    def _reach(self, offset: int) -> None:
+        while self.next < len(self.pending) and self.pending[self.next].first_offset <= offset:
+            txn = self.pending[self.next]
+            self.aborting.setdefault(txn.producer_id, [txn, False])
+            self.next += 1
+
+    def on_batch(self, header: BatchHeader) -> bool:
+        """A data batch: True if it is an aborted transaction's (its records all go)."""
+        self._reach(header.last_offset)
+        if not is_transactional(header.attributes):
+            return False
+        ongoing = self.aborting.get(header.producer_id)
+        if ongoing is not None:
+            ongoing[1] = True
+            return True
+        self.committed.add(header.producer_id)
+        return False
+
+    def on_marker(self, header: BatchHeader, records: list) -> bool:
+        """A control batch: True if no batch of its transaction is left (it may go, after its horizon)."""
+        self._reach(header.last_offset)
+        if not records:
+            return True  # emptied by an earlier cleaning
+        kind, _ = control_marker(records[0][2], records[0][3])
+        pid = header.producer_id
+        if kind == "ABORT":
+            ongoing = self.aborting.pop(pid, None)
+            if ongoing is not None and ongoing[1]:
+                self.index.append(ongoing[0])
+                return False
+            return True
+        if kind == "COMMIT":
+            if pid in self.committed:
+                self.committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class CleaningRules:
+    """What Kafka's cleanInto decides a batch's fate by, besides the offset map: the round's end
+    (the first uncleanable offset: the batch ending there stays, even empty), the active producers
+    (active_producers: each one's last batch stays, even empty) and the aborted transactions."""
+
+    upper: int
+    producers: dict[int, tuple[int | None, int]] = field(default_factory=dict)
+    aborted: list[AbortedTxn] = field(default_factory=list)
+
+    def retain_empty(self, header: BatchHeader) -> bool:
+        """BatchRetention.RETAIN_EMPTY: the batch stays even with no record left."""
+        if header.producer_id >= 0:
+            last = self.producers.get(header.producer_id)
+            if last is not None:
+                data_offset, epoch = last
+                if (header.last_offset == data_offset if data_offset is not None
+                        else header.is_control and header.producer_epoch == epoch):
+                    return True
+        return header.next_offset == self.upper
+
+
 # -- rewriting -----------------------------------------------------------------------------------
 @dataclass
 class CleanStats:
@@ -193,12 +344,17 @@ class DirtySurvivors:
 
 def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms: int, delete_retention_ms: int,
               stats: CleanStats | None = None, first_dirty: int | None = None,
-              throttler: Throttler | None = None, bases: list[int] | None = None) -> list[CleanedSegment]:
+              throttler: Throttler | None = None, bases: list[int] | None = None,
+              rules: CleaningRules | None = None) -> list[CleanedSegment]:
     """Rewrite, into temporary files beside them, every sealed segment of `log` that lies wholly below
     `end` (the first uncleanable offset), or those of `bases`; offset_map covers [first_dirty, end)
-    (first_dirty None: no shortcut for dirty batches). Nothing is swapped in (swap_cleaned does that)."""
+    (first_dirty None: no shortcut for dirty batches). `rules`: which emptied batches stay (None:
+    only the one ending at `end`; no producer's, no aborted transaction known). Nothing is swapped
+    in (swap_cleaned does that)."""
     stats = stats or CleanStats()
     survivors = None if first_dirty is None else DirtySurvivors(first_dirty, sorted(offset_map.values()))
+    rules = rules or CleaningRules(end)
+    txns = TxnCleaning(rules.aborted)  # (one walk of this replica's batches, segment after segment)
     out: list[CleanedSegment] = []
     try:
         for base in sealed_bases(log, end) if bases is None else bases:
@@ -207,7 +363,7 @@ def clean_log(log: PartitionLog, offset_map: dict[bytes, int], end: int, now_ms:
                 continue
             try:
                 cleaned = clean_segment(log, segment, offset_map, now_ms, delete_retention_ms, stats,
-                                        survivors, throttler)
+                                        survivors, throttler, rules, txns)
             except (OSError, CorruptLogError):
                 if os.path.exists(segment.log_path):
                     raise
@@ -244,6 +400,7 @@ class CleanedSegment:
     base_offset: int
     directory: str
     temps: tuple[str, ...]  # the log's, the offset index's, the time index's (SWAPPED_SUFFIXES)
+    txn_index: tuple[AbortedTxn, ...] = ()  # what its .txnindex holds once swapped in (TxnCleaning.index)
 
     def final(self, suffix: str) -> str:
         return os.path.join(self.directory, segment_file_name(self.base_offset, suffix))
@@ -311,7 +468,8 @@ def _process_alive(pid: int) -> bool:
 
 def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes, int], now_ms: int,
                   delete_retention_ms: int, stats: CleanStats, survivors: DirtySurvivors | None = None,
-                  throttler: Throttler | None = None) -> CleanedSegment | None:
+                  throttler: Throttler | None = None, rules: CleaningRules | None = None,
+                  txns: TxnCleaning | None = None) -> CleanedSegment | None:
     """Rewrite one segment into a temporary file if anything in it goes (or needs a delete horizon);
     what to swap in, or None if it stays as it is.
 
@@ -319,6 +477,9 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     change (the unchanged batches before it are copied over), so memory stays bounded by the read
     size plus one (position, header) pair per batch, whatever segment.bytes is."""
     size = segment.file_size()
+    rules = rules or CleaningRules(_segment_end_offset(log, segment))
+    txns = txns or TxnCleaning(rules.aborted)
+    txns.index = []
     layout: list[tuple[int, BatchHeader]] = []  # (position in the output, header) of each batch
     cleaned = None  # the temporary log file, once something changed
     temps: tuple[str, ...] = ()
@@ -333,20 +494,21 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
                 break
             chunk_out = 0  # bytes of this chunk written to the temporary file
             for fb in batches:
-                kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors)
+                kept = _cleaned_batch(fb, offset_map, now_ms, delete_retention_ms, stats, survivors, rules, txns)
                 if kept is not None and cleaned is None:
                     temps = _new_temps(segment)
                     cleaned = open(temps[0], "xb", opener=nofollow_opener)  # noqa: SIM115
                     _copy_range(segment, cleaned, fb.position, throttler)  # the unchanged batches before this one
+                    faults.point("cleaned-partial")
                 data = fb.data if kept is None else kept
+                position = fb.position + len(fb.data)
+                if not data:
+                    continue  # removed: the batch after it starts above where the one before ended
                 if cleaned is not None:
                     cleaned.write(data)
                     chunk_out += len(data)
-                    if written == 0:
-                        faults.point("cleaned-partial")
                 layout.append((written, fb.header if kept is None else codec.read_header(kept)))
                 written += len(data)
-                position = fb.position + len(fb.data)
             offset = batches[-1].header.next_offset
             if throttler is not None:  # the chunk read, and what of it went to the temporary file
                 throttler.maybe_throttle(sum(len(fb.data) for fb in batches) + chunk_out)
@@ -370,19 +532,45 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     stats.bytes_before += size
     stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
-    return CleanedSegment(segment.base_offset, segment.directory, temps)
+    return CleanedSegment(segment.base_offset, segment.directory, temps, tuple(txns.index))
 
 
 def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001
-                   stats: CleanStats, survivors: DirtySurvivors | None) -> bytes | None:
-    """The batch as it is to be written, or None if it stays byte for byte."""
+                   stats: CleanStats, survivors: DirtySurvivors | None, rules: CleaningRules,
+                   txns: TxnCleaning) -> bytes | None:
+    """The batch as it is to be written: None if it stays byte for byte, b"" if it goes (Kafka's
+    cleanInto filter: checkBatchRetention, then shouldRetainRecord for each record)."""
     header = fb.header
-    if (survivors is not None and header.base_offset >= survivors.first_dirty and header.records_count
-            and not header.is_control and not survivors.any_in(header.base_offset, header.last_offset)):
+    if header.is_control:
+        records = fb.records()
+        discardable = txns.on_marker(header, records)
+        # (a marker waits for its delete horizon, as a tombstone does)
+        discard = discardable and header.has_delete_horizon and header.base_timestamp <= now_ms
+    else:
+        records = None
+        discardable = discard = txns.on_batch(header)  # an aborted transaction's
+    retain_empty = rules.retain_empty(header)
+    if discard and not retain_empty:
         stats.records_read += header.records_count
         stats.records_removed += header.records_count
-        return encode_cleaned_batch(header, [], None)
-    return _clean_batch(header, fb.records(), offset_map, now_ms, delete_retention_ms, stats)
+        return b""  # BatchRetention.DELETE
+    if discard:
+        stats.records_read += header.records_count
+        stats.records_removed += header.records_count
+        return None if not header.records_count and not header.has_delete_horizon else encode_cleaned_batch(
+            header, [], None)
+    if header.is_control:
+        if not records:
+            return None if retain_empty else b""
+        if discardable and not header.has_delete_horizon:  # the marker of a transaction gone: its horizon
+            return encode_cleaned_batch(header, records, now_ms + delete_retention_ms)
+        return None
+    if (survivors is not None and header.base_offset >= survivors.first_dirty and header.records_count
+            and not survivors.any_in(header.base_offset, header.last_offset)):
+        stats.records_read += header.records_count
+        stats.records_removed += header.records_count
+        return encode_cleaned_batch(header, [], None) if retain_empty else b""
+    return _clean_batch(header, fb.records(), offset_map, now_ms, delete_retention_ms, stats, retain_empty)
 
 
 def _copy_range(segment: LogSegment, out, length: int,  # noqa: ANN001 - a binary file
@@ -404,10 +592,9 @@ def _segment_end_offset(log: PartitionLog, segment: LogSegment) -> int:
 
 
 def _clean_batch(header: BatchHeader, records: list, offset_map: dict[bytes, int], now_ms: int,
-                 delete_retention_ms: int, stats: CleanStats) -> bytes | None:
-    """The batch rewritten with only the records that stay; None if it stays as it is."""
-    if header.is_control:
-        return None
+                 delete_retention_ms: int, stats: CleanStats, retain_empty: bool = True) -> bytes | None:
+    """The data batch rewritten with only the records that stay; None if it stays as it is; b""
+    if none stays and it is not to stay empty (`retain_empty`)."""
     stats.records_read += len(records)
     horizon = header.base_timestamp if header.has_delete_horizon else None
     expired = horizon is not None and now_ms >= horizon
@@ -425,11 +612,17 @@ def _clean_batch(header: BatchHeader, records: list, offset_map: dict[bytes, int
             tombstones += 1
         kept.append(r)
     stats.records_removed += len(records) - len(kept)
+    if not kept:
+        if not retain_empty:
+            return b""  # BatchRetention.DELETE_EMPTY
+        if not records and not header.has_delete_horizon:
+            return None  # (already Kafka's empty batch)
+        return encode_cleaned_batch(header, [], None)
     if len(kept) == len(records) and (tombstones == 0 or horizon is not None):
         return None
     if tombstones and horizon is None:
         horizon = now_ms + delete_retention_ms
-    return encode_cleaned_batch(header, kept, horizon if tombstones else None)
+    return encode_cleaned_batch(header, kept, horizon)
 
 
 def encode_cleaned_batch(header: BatchHeader, records: list, horizon: int | None) -> bytes:
@@ -463,6 +656,7 @@ def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
     fsyncs, not three per segment."""
     if not cleaned:
         return
+    log.mark_cleaned()  # (first: whatever is swapped in, readers take its gaps from now on)
     for c in cleaned:  # the state recovery rolls back: a .log.cleaned
         for suffix, temp in zip(SWAPPED_SUFFIXES, c.temps, strict=True):
             os.replace(temp, c.final(suffix) + CLEANED_SUFFIX)
@@ -485,7 +679,21 @@ def swap_in(log: PartitionLog, cleaned: list[CleanedSegment]) -> None:
         os.replace(c.final(LOG_SUFFIX) + SWAP_SUFFIX, c.final(LOG_SUFFIX))
         faults.point("log-replaced")
         log.segments[c.base_offset].close()
+        _write_txn_index(log.directory, c.base_offset, list(c.txn_index))
     fsync_dir(log.directory)
+
+
+def _write_txn_index(directory: str, base: int, entries: list[AbortedTxn]) -> None:
+    """The rewritten segment's `.txnindex` (Kafka writes the cleaned segment's with it), only where it
+    changes. After the log's swap and not fsynced, as every `.txnindex` write: the markers are the
+    truth (a crash before it leaves an entry whose marker stays, or whose marker went, which
+    read_committed readers take as a range of removed batches, and `klog verify --repair` drops)."""
+    try:
+        same = read_txn_index(directory, base) == (entries or None)
+    except KlogError:  # a symbolic link in its place: write_txn_index replaces the link
+        same = False
+    if not same:
+        write_txn_index(directory, base, entries)
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -550,15 +758,17 @@ class Cleaning:
 
 
 def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
-                   throttler: Throttler | None = None,
-                   aborted: Callable[[BatchHeader], bool] | None = None) -> Cleaning:
+                   throttler: Throttler | None = None, aborted: list[AbortedTxn] | None = None,
+                   producer_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> Cleaning:
     """Kafka's Cleaner.clean, off the log's lock: one offset map built from the first replica (the
     leader), then every replica's sealed segments below rng.first_uncleanable rewritten into temporary
     files with it (the same records stay in each). Reads go through logs of its own: the writer only
     appends to the active segment, which is never cleaned. `replicas`: (directory, config) of each;
-    the caller fsynced their sealed segments (finish_flushes) under the lock first. `aborted`: see
-    build_offset_map (the range must end at or before the last stable offset: no transaction in
-    it still open)."""
+    the caller fsynced their sealed segments (finish_flushes) under the lock first. `aborted`: the
+    log's aborted transactions below rng.first_uncleanable (the range must end at or before the
+    last stable offset: no transaction in it still open); their batches go, and stay out of the
+    offset map (build_offset_map). The active producers (active_producers, read from the leader
+    off the lock: a batch appended meanwhile only keeps more) keep their last batches."""
     views = [PartitionLog(directory, config) for directory, config in replicas]
     cleaning = Cleaning([])
     try:
@@ -569,11 +779,15 @@ def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, n
             ends = {b: view.bases[view.bases.index(b) + 1] for b in identities}
             cleaning.replicas.append(ReplicaCleaning(view.directory, identities, ends))
         try:
-            offset_map = build_offset_map(views[0], rng.first_dirty, rng.first_uncleanable, throttler, aborted)
+            aborted = aborted or []
+            offset_map = build_offset_map(views[0], rng.first_dirty, rng.first_uncleanable, throttler,
+                                          aborted_filter(aborted) if aborted else None)
+            rules = CleaningRules(rng.first_uncleanable, active_producers(views[0], now_ms, producer_expiration_ms),
+                                  aborted)
             for view, replica in zip(views, cleaning.replicas, strict=True):
                 replica.cleaned = clean_log(view, offset_map, rng.first_uncleanable, now_ms, delete_retention_ms,
                                             replica.stats, first_dirty=rng.first_dirty, throttler=throttler,
-                                            bases=list(replica.identities))
+                                            bases=list(replica.identities), rules=rules)
         except (OSError, CorruptLogError):
             if not any(r.changed(-1) for r in cleaning.replicas):
                 raise  # damage, not a race

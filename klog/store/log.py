@@ -54,6 +54,9 @@ STATE_LAG_BYTES_MAX = 1 << 20
 # In a replica's folder: the log holds a record whose attributes byte is >= 0x80 (a foreign log:
 # `dirs import` found one), so its batches are decoded by the strict decoder only (see fastrecords)
 STRICT_RECORDS_MARKER = "klog-strict-records"
+# In a replica's folder: a cleaning swapped segments in, so the log may have the offset gaps the
+# cleaner leaves between batches, whatever the topic's cleanup.policy now is (cleaner_gaps)
+CLEANED_MARKER = "klog-cleaned"
 
 # A folder whose change time is this recent may still change within the same timestamp (a file system
 # stamps changes with a clock that ticks every few ms, or in whole seconds): its change time proves
@@ -64,7 +67,7 @@ FOLDER_SETTLED_WHOLE_SECONDS_NS = 3_000_000_000  # (a time in whole seconds: FAT
 # every open: swaps, `.deleted` files, the data-loss marker, whatever else someone put there)
 _QUIET_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, CORRUPT_SUFFIX)
 _QUIET_NAMES = frozenset({ReplicaState.FILE_NAME, LEADER_EPOCH_CHECKPOINT, "partition.metadata",
-                          STRICT_RECORDS_MARKER})
+                          STRICT_RECORDS_MARKER, CLEANED_MARKER})
 
 
 def _quiet_folder(names: set[str]) -> bool:
@@ -179,9 +182,9 @@ def _contiguous(batches: list[FetchedBatch], offset: int, first_base: int,
 
     The first batch must hold `offset` (or start the log, when `offset` is below it: the caller
     checks that against the log start offset); each next batch starts where the one before
-    ends: klog's cleaner keeps emptied batches, so its batch offsets never have gaps. Kafka's
-    cleaner drops them, so in a compacted topic's cleaned segments a batch may start above where
-    the one before ended: `gap_ok(batch)` says where such an upward gap is legal. A break after
+    ends, but in a compacted topic's cleaned segments: the cleaner (klog's as Kafka's) drops the
+    batches it emptied, so there a batch may start above where the one before ended:
+    `gap_ok(batch)` says where such an upward gap is legal. A break after
     the first batch returns what comes before it (the next read reports it); a break at the
     first batch is a CorruptLogError naming the missing offsets.
     """
@@ -296,6 +299,7 @@ class PartitionLog:
         self._segments: _Segments | None = None
         self._bases: list[int] | None = None
         self._strict_records = False
+        self._cleaned = False  # CLEANED_MARKER is in the folder (as last listed)
         # the list holds the active segment only: an open for write adopted it from the replica
         # state file without listing the folder (the first use of the whole list lists it)
         self._partial = False
@@ -364,6 +368,7 @@ class PartitionLog:
             self._bases = bases
             self._partial = False
             self._strict_records = STRICT_RECORDS_MARKER in names
+            self._cleaned = CLEANED_MARKER in names
 
     def _list(self) -> list[str]:
         check_not_symlink(self.directory)
@@ -382,6 +387,21 @@ class PartitionLog:
             os.fsync(f.fileno())
         fsync_dir(self.directory)
         self._strict_records = True
+        self._folder_seen = None
+
+    def mark_cleaned(self) -> None:
+        """Say in the folder that the cleaner may have left gaps in this log (see cleaner_gaps): a
+        topic compacted, then set to cleanup.policy=delete, keeps them, and readers must too."""
+        path = os.path.join(self.directory, CLEANED_MARKER)
+        if os.path.exists(path):
+            self._cleaned = True
+            return
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("the log cleaner rewrote segments of this log: offset gaps between its batches are its work\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(self.directory)
+        self._cleaned = True
         self._folder_seen = None
 
     def first_high_attributes_offset(self) -> int | None:
@@ -576,6 +596,7 @@ class PartitionLog:
             self._bases = [base]
             self._partial = True
             self._strict_records = bool(flags & ReplicaTrust.STRICT_RECORDS)
+            self._cleaned = bool(flags & ReplicaTrust.CLEANED)
         first = first_batch_max_timestamp if flags & ReplicaTrust.FIRST_BATCH_KNOWN else None
         segment.adopt_trusted(snap.valid_size, snap.log_end_offset, snap.max_timestamp, snap.offset_of_max_timestamp,
                               index_bytes, time_index_bytes, since_last, last_time_ts, first)
@@ -772,15 +793,19 @@ class PartitionLog:
         self._save_state(sync=True)
         return True
 
-    def append(self, batch: bytes, header: BatchHeader) -> int:
+    def append(self, batch: bytes, header: BatchHeader, gap_ok: bool = False) -> int:
         """Append an already-stamped batch at the log end; returns its position. With
-        defer_state, the replica state file is left to settle_state() or the next flush()."""
+        defer_state, the replica state file is left to settle_state() or the next flush().
+        `gap_ok`: a follower's copy of a compacted leader's batch (replication.catch_up), which
+        may start above the log end (offsets its cleaner removed); else a batch starting above
+        the log end is one of a leader whose log starts there (start_at)."""
         assert self._fds is not None, "open_for_write first"
         active = self.active
-        if header.base_offset > active.next_offset:  # type: ignore[operator]
-            self._start_at(header.base_offset)
+        if header.base_offset > active.next_offset and not gap_ok:  # type: ignore[operator]
+            self.start_at(header.base_offset)
             active = self.active
-        assert header.base_offset == active.next_offset, (header.base_offset, active.next_offset)
+        assert header.base_offset == active.next_offset or (gap_ok and header.base_offset > active.next_offset), (
+            header.base_offset, active.next_offset)
         decided, self.roll_decided = self.roll_decided, None
         if decided is not header and self.should_roll(header):
             self.roll(header.base_offset)
@@ -806,10 +831,11 @@ class PartitionLog:
         """Appends the replica state file does not describe yet (settle_state(now=True) writes it)."""
         return self._state_lag > 0
 
-    def _start_at(self, base: int) -> None:
+    def start_at(self, base: int) -> None:
         """A follower copying a leader whose log starts past the follower's end (retention or
         delete-records moved it): drop everything and begin at that offset (Kafka's
-        truncateFullyAndStartAt; the leader's appends and compaction never leave a gap)."""
+        truncateFullyAndStartAt; the gaps a compacted leader's cleaner leaves are appended over,
+        append's gap_ok)."""
         assert self._fds is not None
         self.drop_flushes()
         self._fds.close()
@@ -930,6 +956,7 @@ class PartitionLog:
         digest = self.checkpoints_digest
         flags = ((ReplicaTrust.FIRST_BATCH_KNOWN if first is not None else 0)
                  | (ReplicaTrust.STRICT_RECORDS if self._strict_records else 0)
+                 | (ReplicaTrust.CLEANED if self._cleaned else 0)
                  | (ReplicaTrust.CHECKPOINTS_KNOWN if digest is not None else 0))
         indexer = active.indexer
         # (ReplicaTrust(...) without its __new__'s Python frame, as ReplicaState reads one: at every state write)
@@ -1067,7 +1094,7 @@ class PartitionLog:
         if out and out[0].segment_base != first_base and out[0].segment_base == (self.bases[0] if self.bases else 0):
             first_base = out[0].segment_base
         return _contiguous(out, offset_asked, first_base,
-                           (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.compacted else None)
+                           (lambda fb: self.cleaner_gap_ok(fb.path, fb.position)) if self.cleaner_gaps else None)
 
     @property
     def compacted(self) -> bool:
@@ -1075,19 +1102,35 @@ class PartitionLog:
         leaves offset gaps between the batches of the segments it cleaned."""
         return "compact" in self.config.cleanup_policy
 
+    @property
+    def cleaned(self) -> bool:
+        """CLEANED_MARKER is in the folder (as last listed): a cleaning swapped segments in."""
+        if self._bases is None:
+            self.refresh_segments()
+        return self._cleaned
+
+    @property
+    def cleaner_gaps(self) -> bool:
+        """May the log have the offset gaps a cleaner leaves between batches (in its sealed
+        segments, and before a segment's first batch)? A compacted topic's, or one a cleaning
+        rewrote before its cleanup.policy changed (CLEANED_MARKER)."""
+        if self._bases is None:
+            self.refresh_segments()
+        return self.compacted or self._cleaned
+
     def cleaner_gap_ok(self, path: str | None, position: int) -> bool:
         """May the offsets just below the batch at (`path`, `position`) be missing? Only in a
-        compacted log, as Kafka's cleaner's work: the batch is in a segment the cleaner may have
-        cleaned (any but the active one, which is never cleaned), or starts the active one (the
-        segment before it may end with removed offsets)."""
-        if not self.compacted:
+        log the cleaner may have cleaned (cleaner_gaps), as its work: the batch is in a segment
+        the cleaner may have cleaned (any but the active one, which is never cleaned), or starts
+        the active one (the segment before it may end with removed offsets)."""
+        if not self.cleaner_gaps:
             return False
         active = self.segments.get(self.bases[-1]) if self.bases else None
         return position == 0 or active is None or path != active.log_path
 
     def _gap_ok(self, segment: LogSegment) -> Callable[[int], bool] | None:
         """Where in `segment` a batch may start above where the one before ended (compacted logs)."""
-        if not self.compacted:
+        if not self.cleaner_gaps:
             return None
         return lambda position: self.cleaner_gap_ok(segment.log_path, position)
 

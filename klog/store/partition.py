@@ -639,7 +639,7 @@ class Partition:
         """Nothing below `bound` (an upper bound under the high watermark: a read of a window, as
         consume --last reads back): is that a compacted log's gap (the next batch starts at `bound`
         or later, where its cleaner may have removed offsets), not a log that ends too soon?"""
-        if bound >= hw or not replica.compacted:
+        if bound >= hw or not replica.cleaner_gaps:
             return False
         try:
             got = ask(replica, hw)

@@ -233,6 +233,7 @@ class ReplicaTrust(tuple):
     FIRST_BATCH_KNOWN = 1  # first_batch_max_timestamp is the first batch's (else read it when needed)
     STRICT_RECORDS = 2  # the folder holds log.STRICT_RECORDS_MARKER
     CHECKPOINTS_KNOWN = 4  # checkpoints_digest names what the Kafka checkpoint files in the folder hold
+    CLEANED = 8  # the folder holds log.CLEANED_MARKER
 
     # (a tuple: a record is read at every first open of a partition, and built at every state write;
     # a class setting eleven attributes cost ~2 us each time)

@@ -189,7 +189,7 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
                     raise WouldBlock from e
             if offset < upper and budget > 0:
                 leader = part.replicas[0]
-                if moved or leader.compacted:  # (a compacted log's gaps are checked against the cleaner's records)
+                if moved or leader.cleaner_gaps:  # (a compacted log's gaps are checked against the cleaner's records)
                     raise WouldBlock
                 bases = leader.bases
                 i = bisect_right(bases, offset) - 1
@@ -243,7 +243,7 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
             if segment is not None:
                 try:
                     got = segment.pinned_range(offset, upper, max_bytes,
-                                               leader._gap_ok(segment) if leader.compacted else None, small)
+                                               leader._gap_ok(segment), small)
                 except (KlogError, OSError):  # damage, an I/O error: an in-sync follower may have it intact
                     got = None
                 if got is not None:

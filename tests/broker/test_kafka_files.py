@@ -435,7 +435,7 @@ def test_serve_hands_old_format_segments_to_kafka_clients(kafka_server, store, t
 
 def test_a_compacted_kafka_partition_with_offset_gaps_reads_whole(cli, tmp_path):
     """Kafka's cleaner drops the batches it emptied, so a compacted topic's cleaned segments have
-    upward offset gaps between batches (klog's own cleaner keeps emptied batches). Imported, the
+    upward offset gaps between batches (klog's own cleaner does the same). Imported, the
     topic becomes compacted, every surviving record reads (from the start and from inside a gap),
     verify is clean, and a produce after it keeps every offset. The same gap in a delete-policy
     topic stays damage (the reader's continuity guarantee)."""
