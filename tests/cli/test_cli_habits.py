@@ -1,0 +1,46 @@
+"""What a kcat / rpk / Kafka-scripts user types in the first hour: it works, or one line names klog's spelling."""
+
+from __future__ import annotations
+
+import klog
+from tests.cli.test_cli import assert_one_line_error
+
+# two lines `kcat -C -J` printed (kcat 1.7, through klog serve): payload, ts, a flat header list, raw bytes
+KCAT_J = (b'{"topic":"t","partition":0,"offset":0,"tstype":"create","ts":1795922886821,"broker":0,'
+          b'"headers":["h","1","h2","x"],"key":"k1","payload":"v1"}\n'
+          b'{"topic":"t","partition":0,"offset":1,"tstype":"create","ts":1795922886822,"broker":0,'
+          b'"headers":[],"key":null,"payload":"\xff"}\n')
+
+
+def records(data_dir, topic):
+    with klog.open(data_dir) as s:
+        return [(r.key, r.value, r.headers, r.timestamp) for r in s.consumer(topic)]
+
+
+def test_produce_input_json_reads_kcats_envelope(cli, data_dir):
+    cli("topics", "create", "c")
+    r = cli("produce", "c", "--input", "json", input=KCAT_J)
+    assert r.exit_code == 0 and r.stderr == "", r
+    assert records(data_dir, "c") == [(b"k1", b"v1", [("h", b"1"), ("h2", b"x")], 1795922886821),
+                                      (None, b"\xff", [], 1795922886822)]
+
+
+def test_produce_input_json_refuses_a_line_without_a_value_or_with_unknown_fields(cli, data_dir):
+    cli("topics", "create", "j")
+    r = cli("produce", "j", "--input", "json", input=b'{"value": "a"}\n{"a": 1}\n')
+    assert_one_line_error(r, 2, "line 2", "unknown field(s) a", "1 records before it were written")
+    r = cli("produce", "j", "--input", "json", input=b'{"value": "b"}\n{"key": "k"}\n')
+    assert_one_line_error(r, 2, "line 2", 'no "value"', "1 records before it were written")
+    r = cli("produce", "j", "--input", "json", input=b'{"value": "x", "payload": "y"}\n')
+    assert_one_line_error(r, 2, "line 1", "both value and payload")
+    r = cli("produce", "j", "--input", "json", input=b'{"payload": "x", "headers": ["h"]}\n')
+    assert_one_line_error(r, 2, "line 1", "the last name has no value")
+    for bad in (b'{"value": "x", "headers": [["h"]]}', b'{"value": "x", "headers": [[1, "v"]]}',
+                b'{"value": "x", "headers": 5}', b'{"value": "\\ud800"}',
+                b'{"value": "x", "headers": [["a", "b"], "c"]}'):
+        r = cli("produce", "j", "--input", "json", input=bad + b"\n")
+        assert_one_line_error(r, 2, "line 1: malformed JSON input")
+        assert "unpack" not in r.stderr and "codec" not in r.stderr and "char " not in r.stderr, r.stderr
+    # a tombstone is said so
+    assert cli("produce", "j", "--input", "json", input=b'{"key": "k", "value": null}\n').exit_code == 0
+    assert [v for _, v, _, _ in records(data_dir, "j")] == [b"a", b"b", None]
