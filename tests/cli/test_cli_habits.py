@@ -44,3 +44,26 @@ def test_produce_input_json_refuses_a_line_without_a_value_or_with_unknown_field
     # a tombstone is said so
     assert cli("produce", "j", "--input", "json", input=b'{"key": "k", "value": null}\n').exit_code == 0
     assert [v for _, v, _, _ in records(data_dir, "j")] == [b"a", b"b", None]
+
+
+def test_produce_key_separator_takes_escapes_as_consume_does(cli, data_dir):
+    r = cli("produce", "k", "-K", "\\t", input=b"a\tb\nc\\td\n")
+    assert r.exit_code == 0, r
+    assert [(k, v) for k, v, _, _ in records(data_dir, "k")] == [(b"a", b"b"), (None, b"c\\td")]
+    assert_one_line_error(cli("produce", "k", "-K", "\\x", input=b"a\n"), 2, "invalid -K '\\x'")
+
+
+def test_produce_takes_kafkas_spellings_of_its_settings(cli, data_dir):
+    cli("topics", "create", "p")
+    r = cli("produce", "-t", "p", "--acks", "-1", "-X", "linger.ms=5", "-X", "acks=all", "-X", "compression.type=gzip",
+            "-X", "batch.size=16384", input=b"one\n")
+    assert r.exit_code == 0, r
+    assert cli("produce", "--topic", "p", input=b"two\n").exit_code == 0
+    assert [v for _, v, _, _ in records(data_dir, "p")] == [b"one", b"two"]
+    assert_one_line_error(cli("produce", "p", "-X", "parse.key=true", input=b"a\n"), 2,
+                          "-X parse.key is kafka-console-producer's", "-K SEP")
+    assert_one_line_error(cli("produce", "p", "-X", "linger.ms=soon", input=b"a\n"), 2, "linger.ms must be")
+    assert_one_line_error(cli("produce", "p", "-X", "nope=1", input=b"a\n"), 2, "unknown producer setting 'nope'",
+                          "linger.ms", "acks")
+    assert_one_line_error(cli("produce", "p", "--linger-ms", "3", "-X", "linger.ms=5", input=b"a\n"), 2, "disagree")
+    assert_one_line_error(cli("produce", input=b"a\n"), 2, "give a topic")
