@@ -67,3 +67,13 @@ def test_produce_takes_kafkas_spellings_of_its_settings(cli, data_dir):
                           "linger.ms", "acks")
     assert_one_line_error(cli("produce", "p", "--linger-ms", "3", "-X", "linger.ms=5", input=b"a\n"), 2, "disagree")
     assert_one_line_error(cli("produce", input=b"a\n"), 2, "give a topic")
+
+
+def test_a_topic_config_that_is_not_a_number_names_the_key_and_what_it_takes(cli):
+    r = cli("topics", "create", "t3", "-c", "retention.ms=abc")
+    assert_one_line_error(r, 2, "invalid value 'abc' for retention.ms: must be an integer, at least -1")
+    r = cli("topics", "create", "t3", "-c", "min.cleanable.dirty.ratio=half")
+    assert_one_line_error(r, 2, "min.cleanable.dirty.ratio: must be a number between 0 and 1")
+    r = cli("topics", "create", "t3", "-c", "segment.bytes=1e9")
+    assert_one_line_error(r, 2, "segment.bytes: must be an integer")
+    assert "int()" not in r.stderr and "literal" not in r.stderr
