@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
                                                  "then follow.")] = None,
         count: CountOpt = None,
         partition: PartitionOpt = None,
-        fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
+        fmt: Annotated[str | None, typer.Option(
+            "--format", "-F", help="kcat-style format string (see above); json is --json (rpk's named format).")]
+        = None,
         as_json: Annotated[bool, typer.Option("--json", "-J", help="JSON lines: the envelope produce --input json "
                                               "reads.")] = False,
         txn_fields: Annotated[bool, typer.Option("--txn-fields", help="With --json: each record's producer_id, "

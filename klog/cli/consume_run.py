@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from klog.cli.env import Env, current_env
-from klog.cli.output import OutputFormat, RecordOutput, record_output, terminal_view
+from klog.cli.output import OutputFormat, RecordOutput, named_format, record_output, terminal_view
 from klog.cli.session import open_store, set_quiet
 from klog.client.record_writer import write_newest, write_records
 from klog.errors import CorruptLogError, UsageError
@@ -37,6 +37,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         raise UsageError("use -e (exit at the end) or -f (follow), not both")
     if quiet:
         set_quiet()
+    fmt, as_json = named_format(fmt, as_json)
     fmt = _kcat_format(fmt, key_delim, record_delim)
     if last is not None and last > INT64_MAX:  # more than a log can hold is all of it (a C-sized bound takes no more)
         last = INT64_MAX

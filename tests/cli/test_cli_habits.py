@@ -77,3 +77,14 @@ def test_a_topic_config_that_is_not_a_number_names_the_key_and_what_it_takes(cli
     r = cli("topics", "create", "t3", "-c", "segment.bytes=1e9")
     assert_one_line_error(r, 2, "segment.bytes: must be an integer")
     assert "int()" not in r.stderr and "literal" not in r.stderr
+
+
+def test_consume_format_json_is_json_and_a_format_without_tokens_is_refused(cli):
+    cli("produce", "f", "-K", ":", input=b"k:v\n")
+    r = cli("consume", "f", "--format", "json")
+    assert r.exit_code == 0 and r.stdout.startswith(b'{"topic": "f", "partition": 0, "offset": 0'), r
+    assert r.stdout == cli("consume", "f", "--json").stdout
+    for fmt in ("raw", "\\n", "%%"):
+        assert_one_line_error(cli("consume", "f", "--format", fmt), 2, f"--format '{fmt}' has no %-token",
+                              "%k %s", "--json")
+    assert cli("consume", "f", "-F", "%k=%s\\n").stdout == b"k=v\n"
