@@ -36,6 +36,9 @@ def register(app: typer.Typer) -> None:
         exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit at the end of the topics (kcat's -e; "
                                                   "what klog does without -f).")] = False,
         offset: OffsetOpt = None,
+        from_beginning: Annotated[bool, typer.Option("--from-beginning", help="kafka-console-consumer's spelling: "
+                                                     "klog starts at the beginning anyway; with --group, where a "
+                                                     "group without committed offsets starts.")] = False,
         since: SinceOpt = None,
         until: UntilOpt = None,
         tail: TailOpt = None,

@@ -88,3 +88,34 @@ def test_consume_format_json_is_json_and_a_format_without_tokens_is_refused(cli)
         assert_one_line_error(cli("consume", "f", "--format", fmt), 2, f"--format '{fmt}' has no %-token",
                               "%k %s", "--json")
     assert cli("consume", "f", "-F", "%k=%s\\n").stdout == b"k=v\n"
+
+
+def test_consume_takes_or_names_the_other_tools_spellings(cli, data_dir):
+    lines = b"".join(b'{"key": "k%d", "value": "v%d", "timestamp": %d}\n' % (i, i, i * 1000) for i in (1, 2, 3))
+    assert cli("produce", "o", "--input", "json", input=lines).exit_code == 0
+    assert cli("consume", "o", "-o", "s@2000").stdout == b"v2\nv3\n"  # kcat's -o s@TS: --since TS
+    assert cli("consume", "o", "-o", "e@2000").stdout == b"v1\n"  # kcat's -o e@TS: --until TS
+    assert_one_line_error(cli("consume", "o", "-o", "s@1", "--since", "2"), 2, "-o s@1 is kcat's spelling of --since")
+    assert_one_line_error(cli("consume", "o", "-o", ""), 2, "invalid offset ''")
+    assert_one_line_error(cli("consume", "o", "-f", "%k %s\\n"), 2, "kcat's -f FMT is klog's -F FMT")
+    assert_one_line_error(cli("consume", "o", "--property", "print.key=true"), 2,
+                          "--property print.key is kafka-console-consumer's", "--format")
+    assert cli("consume", "o", "--from-beginning").stdout == b"v1\nv2\nv3\n"
+    assert_one_line_error(cli("consume", "o", "--from-beginning", "-o", "end"), 2, "disagree")
+    # -o start works with a group as it does alone; --from-beginning is where a new group starts
+    assert cli("consume", "o", "-G", "g1", "-o", "start", "-n", "1").stdout == b"v1\n"
+    assert cli("consume", "o", "-G", "g2", "--from-beginning", "-n", "1").stdout == b"v1\n"
+    assert cli("consume", "o", "-G", "g3", "--from-beginning", "-o", "earliest", "-n", "1").stdout == b"v1\n"
+    assert_one_line_error(cli("consume", "o", "-G", "g4", "-o", "s@1"), 2, "with --group, --offset takes")
+
+
+def test_groups_reset_offsets_takes_kafkas_dry_run_and_iso_durations(cli):
+    cli("produce", "r", input=b"a\nb\n")
+    cli("consume", "r", "-G", "g")
+    r = cli("groups", "reset-offsets", "g", "--topic", "r", "--by-duration", "PT1H", "--dry-run")
+    assert r.exit_code == 0 and "dry run: nothing changed" in r.stderr, r
+    assert r.stdout.split(b"\n")[1].split()[:5] == [b"g", b"r", b"0", b"2", b"0"]
+    assert_one_line_error(cli("groups", "reset-offsets", "g", "--topic", "r", "--by-duration", "P1DT"), 2,
+                          "invalid duration 'P1DT'", "PT1H")
+    assert_one_line_error(cli("groups", "reset-offsets", "g", "--topic", "r", "--to-earliest", "--dry-run",
+                              "--execute"), 2, "--dry-run or --execute")
