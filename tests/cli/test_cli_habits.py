@@ -119,3 +119,33 @@ def test_groups_reset_offsets_takes_kafkas_dry_run_and_iso_durations(cli):
                           "invalid duration 'P1DT'", "PT1H")
     assert_one_line_error(cli("groups", "reset-offsets", "g", "--topic", "r", "--to-earliest", "--dry-run",
                               "--execute"), 2, "--dry-run or --execute")
+
+
+WORKER_PROPERTIES = ("bootstrap.servers=localhost:9092\n"
+                     "key.converter=org.apache.kafka.connect.storage.StringConverter\n"
+                     "value.converter=org.apache.kafka.connect.storage.StringConverter\nplugin.path=/usr/share/java\n"
+                     "offset.storage.file.filename=/tmp/connect.offsets\nkey.converter.schemas.enable=false\n"
+                     "producer.linger.ms=5\noffset.flush.interval.ms=1000\n")
+
+
+def test_connect_run_names_the_worker_keys_it_ignores_and_the_file_of_an_error(cli, tmp_path):
+    worker = tmp_path / "worker.properties"
+    worker.write_text(WORKER_PROPERTIES)
+    source = tmp_path / "src.properties"
+    source.write_text(f"name=src\nconnector.class=FileStreamSource\nfile={tmp_path / 'in.txt'}\ntopic=ct\n")
+    bad = tmp_path / "bad.properties"
+    bad.write_text("name=bad\nconnector.class=FileStreamSource\n")
+    # connect-standalone's habit: the worker's properties first
+    r = cli("connect", "run", str(worker), str(source), "--listen", "none")
+    assert_one_line_error(r, 2, f"{worker} looks like a worker's properties", "use -w/--worker-config")
+    # several connector configs: the error names the file
+    r = cli("connect", "run", str(source), str(bad), "--listen", "none")
+    assert_one_line_error(r, 2, f"{bad}: missing required configuration topic")
+    # the worker's keys klog does not read: one warning naming them (before the connector's error)
+    r = cli("connect", "run", "-w", str(worker), str(bad), "--listen", "none")
+    assert r.exit_code == 2, r
+    warning, error = r.stderr.splitlines()
+    assert warning == (f"klog: warning: worker config {worker}: klog does not use these keys and ignores them: "
+                       "bootstrap.servers, offset.storage.file.filename, plugin.path (klog's workers use the local "
+                       "store, or the cluster given with -b/--bootstrap-server)")
+    assert error == "klog: error: missing required configuration topic: the topic to write to"
