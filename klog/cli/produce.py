@@ -25,10 +25,6 @@ PRODUCE_HELP = (
 )
 
 
-# the defaults of the flags -X can also set (a flag left at its default gives way to -X)
-FLAG_DEFAULTS = {"acks": "all", "compression_type": "none", "linger_ms": 0, "batch_size": BATCH_SIZE_DEFAULT}
-
-
 def register(app: typer.Typer) -> None:
     @app.command(help=PRODUCE_HELP)
     def produce(

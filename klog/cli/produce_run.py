@@ -7,7 +7,7 @@ import sys
 
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
-from klog.client.producer_settings import SETTINGS, acks_setting, producer_settings
+from klog.client.producer_settings import FLAG_DEFAULTS, SETTINGS, acks_setting, producer_settings
 from klog.errors import KlogError, UsageError
 
 
@@ -96,8 +96,6 @@ def escaped(text: str, option: str) -> bytes:
 def _settings(props: list[str] | None, flags: dict[str, object]) -> dict[str, object]:
     """The producer's keywords: the flags, and -X's Kafka names for the same settings (a flag given
     other than its default and -X saying otherwise is a UsageError)."""
-    from klog.cli.produce import FLAG_DEFAULTS
-
     settings = producer_settings(props)
     flag_names = {v: k for k, v in SETTINGS.items()}
     for keyword, value in flags.items():

@@ -11,13 +11,16 @@ from klog.store.limits import PRODUCER_BUFFER_BYTES_DEFAULT as BUFFER_MEMORY_DEF
 # -X name -> the Producer's keyword (the same settings as produce's --acks, -z, --linger-ms, --batch-size)
 SETTINGS = {"buffer.memory": "buffer_memory", "batch.size": "batch_size", "linger.ms": "linger_ms",
             "acks": "acks", "compression.type": "compression_type"}
+# the defaults of the settings `klog produce` also has flags for (--acks, -z, --linger-ms, --batch-size)
+FLAG_DEFAULTS = {"acks": "all", "compression_type": "none", "linger_ms": 0, "batch_size": BATCH_SIZE_DEFAULT}
 # kafka-console-producer's --property names (its line reader's, not the producer's), and klog's spelling of each
 CONSOLE_PRODUCER = {"parse.key": "-K SEP", "key.separator": "-K SEP", "parse.headers": "-H NAME=VALUE",
                     "headers.delimiter": "-H NAME=VALUE", "headers.separator": "-H NAME=VALUE",
                     "headers.key.separator": "-H NAME=VALUE", "null.marker": "--input json with \"value\": null",
                     "ignore.error": "nothing (klog stops at a bad line, naming it)"}
 
-__all__ = ["BATCH_SIZE_DEFAULT", "BUFFER_MEMORY_DEFAULT", "SETTINGS", "acks_setting", "producer_settings"]
+__all__ = ["BATCH_SIZE_DEFAULT", "BUFFER_MEMORY_DEFAULT", "FLAG_DEFAULTS", "SETTINGS", "acks_setting",
+           "producer_settings"]
 
 
 def acks_setting(value: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import klog
 from tests.cli.test_cli import assert_one_line_error
 
@@ -149,3 +151,26 @@ def test_connect_run_names_the_worker_keys_it_ignores_and_the_file_of_an_error(c
                        "bootstrap.servers, offset.storage.file.filename, plugin.path (klog's workers use the local "
                        "store, or the cluster given with -b/--bootstrap-server)")
     assert error == "klog: error: missing required configuration topic: the topic to write to"
+
+
+def test_produce_help_shows_what_schema_takes_and_the_bracketed_prefixes(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(cli("produce", "--help").stdout.decode().split())
+    assert "--schema FILE|id:N|latest" in text and "DDL" not in text, text
+    assert "With -s: [key=|value=]FILE (an Avro" in text  # Rich took [key=|value=] for a markup tag
+    assert "serializers do: [key=|value=]avro|json|protobuf" in text
+    spark = " ".join(cli("spark", "export", "--help").stdout.decode().split())
+    assert "--schema DDL" in spark
+
+
+def test_topic_creation_notes_have_one_style_and_completion_installs_as_klog(cli, tmp_path, monkeypatch):
+    assert cli("topics", "create", "a").stderr == "klog: created topic 'a' (1 partition, replication factor 1)\n"
+    assert cli("produce", "b", input=b"x\n").stderr == "klog: created topic 'b' with the store's defaults\n"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    with pytest.raises(SystemExit) as done:  # (Typer's completion callback exits the process)
+        cli("--install-completion", "bash")
+    assert done.value.code == 0
+    script = tmp_path / ".bash_completions" / "klog.sh"
+    assert script.exists(), list((tmp_path / ".bash_completions").iterdir())
+    assert "_KLOG_COMPLETE=complete_bash" in script.read_text()
