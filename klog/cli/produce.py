@@ -16,7 +16,9 @@ ACKS_HELP = ("all (or Kafka's -1): wait until every in-sync replica has fsynced 
 PRODUCE_HELP = (
     "Write records: one per input line by default (Kafka's default partitioner for keys).\n\n"
     "--input json reads the envelope `klog consume --json` writes (key, value, headers, timestamp, partition), "
-    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly. A record whose "
+    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly; kcat -J's lines work too "
+    "(payload, ts, its flat header list). A line with neither value nor payload, or a field neither envelope has, "
+    "stops it, naming the line. A record whose "
     "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
     "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
     "whole input one record.\n\n"
