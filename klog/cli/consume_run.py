@@ -214,14 +214,10 @@ def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | Non
         return fmt
     if fmt is not None:
         raise UsageError("use --format or -K/-D, not both")
-    from klog.client.ingest import parse_delimiter
+    from klog.cli.argv import delimiter_option
 
     def escaped(text: str, option: str) -> str:
-        try:
-            raw = parse_delimiter(text)
-        except UsageError:
-            raise UsageError(f"invalid {option} '{text}': give a delimiter (escapes \\t \\0 \\xNN ...)") from None
-        return "".join(f"\\x{b:02x}" for b in raw)
+        return "".join(f"\\x{b:02x}" for b in delimiter_option(text, option))
 
     key = f"%k{escaped(key_delim, '-K')}" if key_delim is not None else ""
     end = escaped(record_delim, "-D") if record_delim is not None else "\\n"

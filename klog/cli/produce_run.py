@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from klog.cli.argv import delimiter_option
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
 from klog.client.producer_settings import FLAG_DEFAULTS, SETTINGS, acks_setting, producer_settings
@@ -27,7 +28,7 @@ def run_produce(*, topic, files, topic_opt, key_separator, key, delimiter, heade
     encodings = _encodings(serdes, schema, registry)
     settings = _settings(prop, {"acks": acks_setting(acks), "compression_type": compression, "linger_ms": linger_ms,
                                 "batch_size": batch_size})
-    key_sep = escaped(key_separator, "-K") if key_separator else None
+    key_sep = delimiter_option(key_separator, "-K") if key_separator else None
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
 
@@ -83,14 +84,6 @@ def _topic(topic: str | None, files: list[str] | None, topic_opt: str | None) ->
             raise UsageError("give a topic to write to (klog produce TOPIC, or -t TOPIC)")
         return topic, files
     return topic_opt, [*([topic] if topic is not None else []), *(files or [])] or None
-
-
-def escaped(text: str, option: str) -> bytes:
-    """A delimiter option's text with backslash escapes (\\t \\0 \\xNN ...) as bytes, as -D and consume's -K read it."""
-    try:
-        return parse_delimiter(text)
-    except UsageError:
-        raise UsageError(f"invalid {option} '{text}': give a delimiter (escapes \\t \\0 \\xNN ...)") from None
 
 
 def _settings(props: list[str] | None, flags: dict[str, object]) -> dict[str, object]:
