@@ -98,7 +98,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
 
 
 # kafka-console-consumer's --property names (its formatter's), and klog's spelling of them
-_CONSOLE_CONSUMER = ("print.key", "print.value", "print.timestamp", "print.partition", "print.offset",
+CONSOLE_CONSUMER = ("print.key", "print.value", "print.timestamp", "print.partition", "print.offset",
                      "print.headers", "key.separator", "line.separator", "headers.separator", "null.literal",
                      "key.deserializer", "value.deserializer")
 
@@ -111,7 +111,7 @@ def _habits(topics: list[str], props: list[str]) -> None:
                              "follow)")
     for pair in props:
         name = pair.partition("=")[0].strip()
-        if name in _CONSOLE_CONSUMER:
+        if name in CONSOLE_CONSUMER:
             raise UsageError(f"--property {name} is kafka-console-consumer's formatter: klog prints with --format "
                              "(-F '%k\\t%s\\n': %k key, %s value, %T timestamp, %p partition, %o offset, %h "
                              "headers), -K SEP or --json")

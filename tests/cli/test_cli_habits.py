@@ -174,3 +174,12 @@ def test_topic_creation_notes_have_one_style_and_completion_installs_as_klog(cli
     script = tmp_path / ".bash_completions" / "klog.sh"
     assert script.exists(), list((tmp_path / ".bash_completions").iterdir())
     assert "_KLOG_COMPLETE=complete_bash" in script.read_text()
+
+
+def test_console_tools_properties_name_klogs_spelling_with_a_cluster_too(cli, monkeypatch):
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "2")  # (refused before any connection)
+    assert_one_line_error(cli("produce", "t", "-b", "127.0.0.1:9", "-X", "parse.key=true", input=b"a\n"), 2,
+                          "-X parse.key is kafka-console-producer's", "-K SEP")
+    for group in ([], ["-G", "g"]):
+        assert_one_line_error(cli("consume", "t", "-b", "127.0.0.1:9", *group, "--property", "print.key=true"), 2,
+                              "--property print.key is kafka-console-consumer's", "--format")
