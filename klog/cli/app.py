@@ -278,7 +278,8 @@ def _typer_run(args: list[str]) -> int | None:
     """Typer's run of `args`; its usage errors as one line, its Exit as its code."""
     try:
         # without standalone mode Typer returns the exit code of typer.Exit and of Ctrl-C (130)
-        return app(args=args, standalone_mode=False)
+        # prog_name: `klog` under `python -m klog` too (usage lines, --install-completion's file and _KLOG_COMPLETE)
+        return app(args=args, prog_name="klog", standalone_mode=False)
     except typer.Abort:
         raise KeyboardInterrupt from None
     except typer.Exit as e:

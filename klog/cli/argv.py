@@ -45,3 +45,15 @@ def move_global_options(args: list[str]) -> list[str]:
         path.append(args[i + 1])
     rest = args[i + len(path):]
     return [*path, *moved, *rest]
+
+
+def delimiter_option(text: str, option: str) -> bytes:
+    """A delimiter option's text (-K, -D) with backslash escapes (\\t \\0 \\xNN ...) as bytes: produce's
+    and consume's read it the same way; a UsageError naming `option`."""
+    from klog.client.ingest import parse_delimiter
+    from klog.errors import UsageError
+
+    try:
+        return parse_delimiter(text)
+    except UsageError:
+        raise UsageError(f"invalid {option} '{text}': give a delimiter (escapes \\t \\0 \\xNN ...)") from None

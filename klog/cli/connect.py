@@ -36,15 +36,13 @@ def run(
         "offset.storage.topic, ...), as connect-standalone's first file.")] = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    from klog.connect.config import load_config_file
-    from klog.connect.worker import WORKER, Worker, ignored_warning, validate
+    from klog.connect.worker import WORKER, Worker, ignored_warning
     from klog.errors import KlogError, UsageError
 
     if not configs and listen.lower() == "none":
         raise UsageError("nothing to run: give connector configs, or keep the REST API (--listen) to add them")
-    worker_props = load_config_file(worker_config) if worker_config else {}
-    worker_parsed = WORKER.parse(worker_props)
-    validated = [validate(load_config_file(path), worker_parsed) for path in configs or []]  # all, first
+    worker_props = _worker_props(worker_config)
+    validated = _validated(configs or [], WORKER.parse(worker_props))  # all, first
     names = [v.name for v in validated]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
@@ -102,13 +100,11 @@ def worker(
     import os
     import socket
 
-    from klog.connect.config import load_config_file
     from klog.connect.distributed import DistributedWorker
-    from klog.connect.worker import WORKER, ignored_warning, validate
+    from klog.connect.worker import WORKER, ignored_warning
 
-    worker_props = load_config_file(worker_config) if worker_config else {}
-    worker_parsed = WORKER.parse(worker_props)
-    validated = [validate(load_config_file(path), worker_parsed) for path in configs or []]
+    worker_props = _worker_props(worker_config, distributed=True)
+    validated = _validated(configs or [], WORKER.parse(worker_props))
     for v in validated:
         if (message := ignored_warning(v)) is not None:
             warn(message)
@@ -132,6 +128,57 @@ def worker(
             dw.close()
     finally:
         store.close()
+
+
+# the worker properties klog's workers read besides WORKER's keys: these prefixes (the clients' and the
+# converters' settings), and a distributed worker's session.timeout.ms
+WORKER_PREFIXES = ("producer.", "consumer.", "admin.", "key.converter.", "value.converter.")
+# keys that mark a worker's properties (connect-standalone's first file), not a connector's
+WORKER_MARKS = ("bootstrap.servers", "key.converter", "value.converter", "offset.storage.", "plugin.path",
+                "offset.flush.interval.ms")
+
+
+def _worker_props(path: str | None, distributed: bool = False) -> dict[str, str]:
+    """--worker-config's properties; the keys klog's workers do not read named in one warning."""
+    from klog.connect.config import load_config_file
+    from klog.connect.worker import WORKER
+
+    if not path:
+        return {}
+    props = load_config_file(path)
+    known = set(WORKER.keys) | ({"session.timeout.ms"} if distributed else set())
+    ignored = sorted(k for k in props if k not in known and not k.startswith(WORKER_PREFIXES))
+    if ignored:
+        hint = (" (klog's workers use the local store, or the cluster given with -b/--bootstrap-server)"
+                if "bootstrap.servers" in ignored else "")
+        warn(f"worker config {path}: klog does not use these keys and ignores them: {', '.join(ignored)}{hint}")
+    return props
+
+
+def _validated(paths: list[str], worker_parsed: dict) -> list:
+    """Each connector config validated (all of them before anything starts); with several files, an error
+    names the file, and a worker's properties given as a connector's (connect-standalone's first
+    argument) say to use -w."""
+    from klog.connect.config import load_config_file
+    from klog.connect.worker import validate
+    from klog.errors import UsageError
+
+    out = []
+    for path in paths:
+        props = load_config_file(path)
+        looks_like_worker = "connector.class" not in props and any(
+            k.startswith(WORKER_MARKS) for k in props)
+        try:
+            out.append(validate(props, worker_parsed))
+        except UsageError as e:
+            if looks_like_worker:
+                raise UsageError(f"{path} looks like a worker's properties (no connector.class): use "
+                                 f"-w/--worker-config {path} for the worker's properties, then the connector "
+                                 "configs") from None
+            if len(paths) > 1:
+                raise UsageError(f"{path}: {e}") from None
+            raise
+    return out
 
 
 def _all_failed(worker) -> bool:  # noqa: ANN001 - a Worker

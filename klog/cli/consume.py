@@ -36,6 +36,9 @@ def register(app: typer.Typer) -> None:
         exit_at_end: Annotated[bool, typer.Option("--exit", "-e", help="Exit at the end of the topics (kcat's -e; "
                                                   "what klog does without -f).")] = False,
         offset: OffsetOpt = None,
+        from_beginning: Annotated[bool, typer.Option("--from-beginning", help="kafka-console-consumer's spelling: "
+                                                     "klog starts at the beginning anyway; with --group, where a "
+                                                     "group without committed offsets starts.")] = False,
         since: SinceOpt = None,
         until: UntilOpt = None,
         tail: TailOpt = None,
@@ -44,7 +47,9 @@ def register(app: typer.Typer) -> None:
                                                  "then follow.")] = None,
         count: CountOpt = None,
         partition: PartitionOpt = None,
-        fmt: Annotated[str | None, typer.Option("--format", "-F", help="kcat-style format string (see above).")] = None,
+        fmt: Annotated[str | None, typer.Option(
+            "--format", "-F", help="kcat-style format string (see above); json is --json (rpk's named format).")]
+        = None,
         as_json: Annotated[bool, typer.Option("--json", "-J", help="JSON lines: the envelope produce --input json "
                                               "reads.")] = False,
         txn_fields: Annotated[bool, typer.Option("--txn-fields", help="With --json: each record's producer_id, "

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from klog.cli.env import Env, current_env
-from klog.cli.output import OutputFormat, RecordOutput, record_output, terminal_view
+from klog.cli.output import OutputFormat, RecordOutput, named_format, record_output, terminal_view
 from klog.cli.session import open_store, set_quiet
 from klog.client.record_writer import write_newest, write_records
 from klog.errors import CorruptLogError, UsageError
@@ -24,7 +24,7 @@ INT64_MAX = 2**63 - 1
 def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, since, until, tail,  # noqa: ANN001
                 last, count, partition, fmt, as_json, key_delim, record_delim, skip_damaged, quiet,  # noqa: ANN001
                 grep, grep_key, grep_header, group, exec_cmd, batch, prop, no_color, local_time,  # noqa: ANN001
-                data_dir, txn_fields=False, serdes=None, registry=None) -> int | None:  # noqa: ANN001
+                data_dir, txn_fields=False, serdes=None, registry=None, from_beginning=False) -> int | None:  # noqa: ANN001
     """`klog consume` with its options as Python values (what Typer, or the hot path, parsed); 1 when
     --skip-damaged skipped something."""
     from klog.client.filters import RecordFilter
@@ -35,8 +35,12 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         raise UsageError("give a topic to read (or --pattern REGEX)")
     if exit_at_end and follow:
         raise UsageError("use -e (exit at the end) or -f (follow), not both")
+    _habits(topics, prop or [])
+    if from_beginning:
+        offset = _from_beginning(offset, since, tail, last, group)
     if quiet:
         set_quiet()
+    fmt, as_json = named_format(fmt, as_json)
     fmt = _kcat_format(fmt, key_delim, record_delim)
     if last is not None and last > INT64_MAX:  # more than a log can hold is all of it (a C-sized bound takes no more)
         last = INT64_MAX
@@ -91,6 +95,39 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
                          (env, output, no_color, local_time), skip_damaged, decoder)
     except CorruptLogError as e:
         raise CorruptLogError(f"{e}; {next_steps(topics or ['TOPIC'])}") from None
+
+
+# kafka-console-consumer's --property names (its formatter's), and klog's spelling of them
+CONSOLE_CONSUMER = ("print.key", "print.value", "print.timestamp", "print.partition", "print.offset",
+                     "print.headers", "key.separator", "line.separator", "headers.separator", "null.literal",
+                     "key.deserializer", "value.deserializer")
+
+
+def _habits(topics: list[str], props: list[str]) -> None:
+    """Other tools' spellings that would fail as something else: the error names klog's."""
+    for t in topics:
+        if any(c in t for c in "%\\") or any(c.isspace() for c in t):  # consume T -f '%k %s\n' (kcat's -f FMT)
+            raise UsageError(f"'{t}' is not a topic name: kcat's -f FMT is klog's -F FMT (--format; klog's -f is "
+                             "follow)")
+    for pair in props:
+        name = pair.partition("=")[0].strip()
+        if name in CONSOLE_CONSUMER:
+            raise UsageError(f"--property {name} is kafka-console-consumer's formatter: klog prints with --format "
+                             "(-F '%k\\t%s\\n': %k key, %s value, %T timestamp, %p partition, %o offset, %h "
+                             "headers), -K SEP or --json")
+
+
+def _from_beginning(offset: str | None, since: str | None, tail: int | None, last: int | None,
+                    group: str | None) -> str | None:
+    """kafka-console-consumer's --from-beginning: where klog starts anyway; with --group, where a group
+    without committed offsets starts (auto.offset.reset=earliest), as Kafka's."""
+    from klog.client.consumer import StartKind, StartSpec
+
+    if offset is not None and StartSpec.parse(offset).kind is not StartKind.BEGINNING:
+        raise UsageError(f"--from-beginning and -o {offset} disagree: give one")
+    if since is not None or tail is not None or last is not None:
+        raise UsageError("--from-beginning starts at the beginning: not with --since, --tail or --last")
+    return "beginning" if group is not None else offset
 
 
 def next_steps(topics: list[str]) -> str:
@@ -177,14 +214,10 @@ def _kcat_format(fmt: str | None, key_delim: str | None, record_delim: str | Non
         return fmt
     if fmt is not None:
         raise UsageError("use --format or -K/-D, not both")
-    from klog.client.ingest import parse_delimiter
+    from klog.cli.argv import delimiter_option
 
     def escaped(text: str, option: str) -> str:
-        try:
-            raw = parse_delimiter(text)
-        except UsageError:
-            raise UsageError(f"invalid {option} '{text}': give a delimiter (escapes \\t \\0 \\xNN ...)") from None
-        return "".join(f"\\x{b:02x}" for b in raw)
+        return "".join(f"\\x{b:02x}" for b in delimiter_option(text, option))
 
     key = f"%k{escaped(key_delim, '-K')}" if key_delim is not None else ""
     end = escaped(record_delim, "-D") if record_delim is not None else "\\n"
@@ -207,10 +240,13 @@ def _group_options(group: str | None, exec_cmd: str | None, batch: int | None, p
 
     out: dict[str, str] = {}
     if offset is not None:
-        if offset not in ("beginning", "earliest", "end", "latest"):
+        from klog.client.consumer import StartKind, StartSpec
+
+        kind = StartSpec.parse(offset).kind if offset.strip()[:2] not in ("s@", "e@") else None
+        if kind not in (StartKind.BEGINNING, StartKind.END):
             raise UsageError("with --group, --offset takes beginning or end (where to start without a committed "
                              "offset)")
-        out["auto.offset.reset"] = "earliest" if offset in ("beginning", "earliest") else "latest"
+        out["auto.offset.reset"] = "earliest" if kind is StartKind.BEGINNING else "latest"
     return {**out, **parse_pairs(props, "--property")}
 
 

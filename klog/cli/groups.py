@@ -102,15 +102,20 @@ def reset_offsets(
     to_datetime: Annotated[str | None, typer.Option("--to-datetime", help="To the first record at or after a "
                                                                           "time (ISO, epoch ms).")] = None,
     by_duration: Annotated[str | None, typer.Option("--by-duration", help="To the first record of D ago "
-                                                                          "(90s, 15m, 2h, 7d).")] = None,
+                                                                          "(90s, 15m, 2h, 7d; ISO 8601's PT1H).")]
+    = None,
     shift_by: Annotated[int | None, typer.Option("--shift-by", help="Move the committed offset by N (+/-).")] = None,
     to_current: Annotated[bool, typer.Option("--to-current", help="To the committed offset (log end if none).")]
     = False,
     execute: Annotated[bool, typer.Option("--execute", help="Apply the plan (default: dry run, print it).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, change nothing (the default; Kafka's "
+                                          "spelling).")] = False,
     export: Annotated[bool, typer.Option("--export", help="Print the plan as CSV: topic,partition,offset.")] = False,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
+    if dry_run and execute:
+        raise UsageError("use --dry-run or --execute, not both")
     spec = _reset_spec(to_earliest, to_latest, to_offset, to_datetime, by_duration, shift_by, to_current)
     live = []
     with open_store(data_dir, create=False) as store:

@@ -64,6 +64,13 @@ class RecordOutput(FrozenPlain):
         return self.line or (record_json_line if self.as_json else value_line)
 
 
+def named_format(fmt: str | None, as_json: bool) -> tuple[str | None, bool]:
+    """(--format, --json) with rpk's named format `--format json` as --json (klog's envelope)."""
+    if fmt is not None and fmt.strip().lower() == "json":
+        return None, True
+    return fmt, as_json
+
+
 def record_output(env: Env, fmt: str | None = None, as_json: bool = False) -> RecordOutput:
     """The one choice of how records are written: --format, else --json, else the terminal view on a
     terminal and raw values elsewhere. On a terminal, record data is escaped (it must not drive it)."""
@@ -107,6 +114,9 @@ def compile_format(fmt: str, escape: bool = False) -> Callable[[Record], bytes]:
         raise UsageError(f"unknown --format token '{bad.group() if bad else '%'}'")
     if pos < len(fmt):
         parts.append(fmt[pos:].encode())
+    if not any(t.startswith("%") and t != "%%" for t in _TOKEN.findall(fmt)):  # a word: rpk's named formats
+        raise UsageError(f"--format '{fmt}' has no %-token, so every record would print the same text: use "
+                         "tokens %t %p %o %k %s %K %S %h %T %I %y (e.g. '%k %s\\n'), or --format json (--json)")
 
     def render(r: Record) -> bytes:
         return b"".join(p if isinstance(p, bytes) else p(r) for p in parts)

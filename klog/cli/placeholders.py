@@ -20,12 +20,19 @@ BY_OPTION = {
     "--listen": "HOST:PORT", "--advertised-listener": "HOST:PORT", "--master": "URL", "--speed": "FACTOR",
     "--rate": "N", "--checkpoint": "DIR", "--script": "FILE", "--schema": "DDL",
 }
+# command -> option -> placeholder, where one command's option takes something else than BY_OPTION says
+BY_COMMAND = {
+    "produce": {"--schema": "FILE|id:N|latest"},
+}
 
 
-def option_placeholder(param: Any) -> str | None:
+def option_placeholder(param: Any, command: str | None = None) -> str | None:
+    """The placeholder of `param` in the help of `command` (its name, as ctx.info_name gives it)."""
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         return None
     long = max(param.opts, key=len)
+    if long in BY_COMMAND.get(command or "", {}):
+        return BY_COMMAND[command or ""][long]
     if long in BY_OPTION:
         return BY_OPTION[long]
     try:
@@ -38,7 +45,7 @@ def option_placeholder(param: Any) -> str | None:
 
 
 def apply() -> None:
-    from typer.core import TyperArgument, TyperOption
+    from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
     if getattr(TyperOption, "_klog_placeholders", False):
         return
@@ -47,7 +54,7 @@ def apply() -> None:
     def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
         if self.metavar is not None:
             return shown_type(self, ctx)
-        name = option_placeholder(self)
+        name = option_placeholder(self, getattr(ctx, "info_name", None))
         return None if name is None else name + ("..." if self.nargs != 1 else "")
 
     def argument_name(self) -> str:  # noqa: ANN001
@@ -58,8 +65,34 @@ def apply() -> None:
         name = name if self.required else f"[{name}]"
         return name + ("..." if self.nargs != 1 else "")
 
+    for cls in (TyperCommand, TyperGroup):
+        cls.format_help = _plain_brackets(cls.format_help)
     TyperOption.display_type_rich = display_type_rich
     TyperArgument.display_name_raw = property(argument_name)
     TyperArgument._usage_display_name = usage_name
     TyperArgument.display_type_rich = lambda self, ctx: None  # the name says it: TOPIC, FILES...
     TyperOption._klog_placeholders = True
+
+
+def _plain_brackets(format_help: Any) -> Any:
+    """`format_help` with help texts shown as written: Rich read "[key=|value=]FILE" as a markup tag and
+    dropped it (klog's help uses no markup), so while a page is drawn its texts are Rich-escaped."""
+    def wrapped(self, ctx, formatter):  # noqa: ANN001, ANN202
+        if getattr(self, "rich_markup_mode", None) != "rich":
+            return format_help(self, ctx, formatter)
+        from rich.markup import escape
+
+        texts = [(p, p.help) for p in self.params if getattr(p, "help", None)]
+        own = self.help
+        try:
+            for p, text in texts:
+                p.help = escape(text)
+            if own:
+                self.help = escape(own)
+            return format_help(self, ctx, formatter)
+        finally:
+            for p, text in texts:
+                p.help = text
+            self.help = own
+
+    return wrapped

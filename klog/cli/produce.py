@@ -9,14 +9,16 @@ import typer
 from klog.cli.app import DataDirOpt
 from klog.client.producer_settings import BATCH_SIZE_DEFAULT
 
-ACKS_HELP = ("all: wait until every in-sync replica has fsynced the batch (min.insync.replicas must hold); "
-             "1: until the leader has; 0: for no fsync.")
+ACKS_HELP = ("all (or Kafka's -1): wait until every in-sync replica has fsynced the batch (min.insync.replicas "
+             "must hold); 1: until the leader has; 0: for no fsync.")
 
 
 PRODUCE_HELP = (
     "Write records: one per input line by default (Kafka's default partitioner for keys).\n\n"
     "--input json reads the envelope `klog consume --json` writes (key, value, headers, timestamp, partition), "
-    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly. A record whose "
+    "so `klog consume a --json | klog produce b --input json` copies a topic losslessly; kcat -J's lines work too "
+    "(payload, ts, its flat header list). A line with neither value nor payload, or a field neither envelope has, "
+    "stops it, naming the line. A record whose "
     "partition the topic lacks (a copy into an auto-created topic of num.partitions) goes where the partitioner "
     "puts it, with a warning; create the topic with enough partitions first to keep them. --input raw makes the "
     "whole input one record.\n\n"
@@ -28,8 +30,10 @@ PRODUCE_HELP = (
 def register(app: typer.Typer) -> None:
     @app.command(help=PRODUCE_HELP)
     def produce(
-        topic: str,
+        topic: Annotated[str | None, typer.Argument(help="The topic to write to (or -t TOPIC).")] = None,
         files: Annotated[list[str] | None, typer.Argument(help="Input files (stdin when none).")] = None,
+        topic_opt: Annotated[str | None, typer.Option("--topic", "-t", help="The topic, as kcat spells it (then "
+                                                      "every argument is an input file).")] = None,
         key_separator: Annotated[str | None, typer.Option("--key-separator", "-K",
                                                           help="Split each line into key SEP value.")] = None,
         key: Annotated[str | None, typer.Option("--key", "-k", help="The same key for every record.")] = None,
@@ -50,7 +54,9 @@ def register(app: typer.Typer) -> None:
                                                     help="Print partition and offset of each record.")] = False,
         prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A producer setting name=value: "
                                                        "buffer.memory (bytes of records held before they are "
-                                                       "written, over all partitions; 33554432 by default). With "
+                                                       "written, over all partitions; 33554432 by default), and "
+                                                       "Kafka's names for the flags: acks, compression.type, "
+                                                       "linger.ms, batch.size. With "
                                                        "a cluster (--bootstrap-server), any Kafka client property "
                                                        "(security.protocol, sasl.*, ssl.*, ...).")] = None,
         transactional_id: Annotated[str | None, typer.Option(

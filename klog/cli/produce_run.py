@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import sys
 
+from klog.cli.argv import delimiter_option
 from klog.cli.session import current_cluster, open_store
 from klog.client.ingest import check_options, parse_delimiter, parse_headers, produce_from
-from klog.client.producer_settings import producer_settings
+from klog.client.producer_settings import FLAG_DEFAULTS, SETTINGS, acks_setting, producer_settings
 from klog.errors import KlogError, UsageError
 
 
-def run_produce(*, topic, files, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
+def run_produce(*, topic, files, topic_opt, key_separator, key, delimiter, header, input_format,  # noqa: ANN001
                 partition, acks, compression, linger_ms, batch_size, print_offsets, prop,  # noqa: ANN001
                 transactional_id, transaction_records, data_dir, serdes=None, schema=None,  # noqa: ANN001
                 registry=None) -> None:  # noqa: ANN001
     """`klog produce` with its options as Python values (what Typer, or the hot path, parsed)."""
+    topic, files = _topic(topic, files, topic_opt)
     check_options(input_format, key_separator or None, key, delimiter)
     if transaction_records is not None and transactional_id is None:
         raise UsageError("--transaction-records needs --transactional-id")
@@ -24,7 +26,9 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
     if linger_ms < 0:  # Kafka's linger.ms is at least 0; -1 was taken as 0 without a word
         raise UsageError(f"--linger-ms must be 0 or more, not {linger_ms}")
     encodings = _encodings(serdes, schema, registry)
-    settings = producer_settings(prop)
+    settings = _settings(prop, {"acks": acks_setting(acks), "compression_type": compression, "linger_ms": linger_ms,
+                                "batch_size": batch_size})
+    key_sep = delimiter_option(key_separator, "-K") if key_separator else None
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
 
@@ -51,14 +55,12 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
         # no ack callback unless offsets are printed: on a cluster it is a Python call per record
         txn = {} if transactional_id is None else {"transactional_id": transactional_id,
                                                     "transaction_records": transaction_records}
-        producer = store.producer(acks=acks, compression_type=compression, linger_ms=linger_ms,
-                                  batch_size=batch_size, on_ack=on_ack if print_offsets else None,
-                                  on_create=on_create, **settings, **txn)
+        producer = store.producer(on_ack=on_ack if print_offsets else None, on_create=on_create, **settings, **txn)
         try:
             if txn:
                 producer.begin()
             produce_from(producer, topic, *(files or ["-"]), input_format=input_format,
-                         key_separator=key_separator.encode() if key_separator else None,
+                         key_separator=key_sep,
                          key=key.encode() if key is not None else None, delimiter=delim, headers=headers,
                          partition=partition, on_warning=on_warning, encoder=encoder)
             if txn:
@@ -73,6 +75,30 @@ def run_produce(*, topic, files, key_separator, key, delimiter, header, input_fo
             raise
         finally:
             sys.stdout.flush()
+
+
+def _topic(topic: str | None, files: list[str] | None, topic_opt: str | None) -> tuple[str, list[str] | None]:
+    """The topic argument, or kcat's -t T (then every argument is an input file, as kcat's are)."""
+    if topic_opt is None:
+        if topic is None:
+            raise UsageError("give a topic to write to (klog produce TOPIC, or -t TOPIC)")
+        return topic, files
+    return topic_opt, [*([topic] if topic is not None else []), *(files or [])] or None
+
+
+def _settings(props: list[str] | None, flags: dict[str, object]) -> dict[str, object]:
+    """The producer's keywords: the flags, and -X's Kafka names for the same settings (a flag given
+    other than its default and -X saying otherwise is a UsageError)."""
+    settings = producer_settings(props)
+    flag_names = {v: k for k, v in SETTINGS.items()}
+    for keyword, value in flags.items():
+        if keyword in settings and value != FLAG_DEFAULTS[keyword] and settings[keyword] != value:
+            raise UsageError(f"{FLAG_NAMES[keyword]} {value} and -X {flag_names[keyword]}={settings[keyword]} "
+                             "disagree: give one")
+    return {**flags, **settings}
+
+
+FLAG_NAMES = {"acks": "--acks", "compression_type": "-z", "linger_ms": "--linger-ms", "batch_size": "--batch-size"}
 
 
 def _encodings(serdes: list[str] | None, schema: list[str] | None,

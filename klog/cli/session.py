@@ -92,11 +92,15 @@ def with_cluster(callback: Callable[..., Any], kwargs: dict[str, Any], has_x: bo
     # consume's and produce's own -X are their settings on the local store: only with a cluster are
     # they client properties (but a producer's buffer.memory stays klog's: it bounds klog's buffer)
     own: list[str] = []
+    console: list[str] = []  # kafka-console-*'s --property names: the command's error names klog's spelling
     if has_x and props:
-        from klog.client.producer_settings import SETTINGS
+        from klog.cli.consume_run import CONSOLE_CONSUMER
+        from klog.client.producer_settings import CONSOLE_PRODUCER, SETTINGS
 
         own = [p for p in props if p.partition("=")[0].strip() in SETTINGS]
-    cluster_props = [p for p in props or [] if p not in own] if (bootstrap or cluster or not has_x) else None
+        console = [p for p in props if p.partition("=")[0].strip() in {*CONSOLE_PRODUCER, *CONSOLE_CONSUMER}]
+    cluster_props = [p for p in props or [] if p not in own and p not in console] \
+        if (bootstrap or cluster or not has_x) else None
     target = None
     if bootstrap or cluster or cluster_props:  # the local store needs none of the cluster machinery
         from klog.client.remote.target import resolve_target
@@ -105,7 +109,7 @@ def with_cluster(callback: Callable[..., Any], kwargs: dict[str, Any], has_x: bo
             check_data_dir_given(kwargs.get("data_dir"))
         target = resolve_target(kwargs.get("data_dir"), bootstrap, cluster, cluster_props)
     if target is not None and has_x:  # every -X goes to the client; the group's own checks see theirs
-        kwargs["prop"] = (_group_settings(props) if kwargs.get("group") else None) or own or None
+        kwargs["prop"] = console or (_group_settings(props) if kwargs.get("group") else None) or own or None
     _cluster_target = target
     try:
         return callback(**kwargs)

@@ -51,9 +51,9 @@ def create(
     n = len(meta.partitions)
     shape = f"{n} partition{'' if n == 1 else 's'}, replication factor {meta.replication_factor}"
     if not existed:
-        print(f"Created topic {meta.name} ({shape})", file=sys.stderr)
+        print(f"klog: created topic '{meta.name}' ({shape})", file=sys.stderr)  # produce's note, the same words
         return
-    print(f"Topic {meta.name} already exists ({shape}); left unchanged", file=sys.stderr)
+    print(f"klog: topic '{meta.name}' already exists ({shape}); left unchanged", file=sys.stderr)
     differs = []
     if partitions is not None and partitions != n:
         differs.append(f"{partitions} partitions")

@@ -37,7 +37,10 @@ def json_to_bytes(value: Any, what: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode("utf-8", errors="surrogateescape")
+        try:
+            return value.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:  # a \\uD800-style escape of half a character: no bytes stand for it
+            raise ValueError(f"{what} has a lone surrogate escape (\\uD800-\\uDFFF), which is not text") from None
     if isinstance(value, dict) and set(value) == {"base64"}:
         try:
             return base64.b64decode(value["base64"], validate=True)
@@ -120,21 +123,75 @@ EnvelopeIn = NamedTuple("EnvelopeIn", [("key", bytes | None), ("value", bytes | 
                                        ("partition", int | None)])
 
 
+# the fields a line may have: klog's envelope (with consume -s --json's schema ids and --txn-fields' producer
+# fields), and kcat -J's, whose payload and ts are klog's value and timestamp; the others are read, not written
+_KLOG_FIELDS = frozenset({"topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                          "key_schema_id", "value_schema_id", "producer_id", "producer_epoch", "transactional",
+                          "control", "end_txn_marker", "coordinator_epoch"})
+_KCAT_FIELDS = {"payload": "value", "ts": "timestamp", "tstype": None, "broker": None}
+_FIELDS = _KLOG_FIELDS | _KCAT_FIELDS.keys()
+_KCAT_RENAMED = [(kcat, ours) for kcat, ours in _KCAT_FIELDS.items() if ours is not None]
+
+
 def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> EnvelopeIn:
-    """One JSON envelope line; ValueError (or TypeError) saying what is wrong with it. `embedded`: the
+    """One JSON envelope line; ValueError saying what is wrong with it. `embedded`: the
     fields ("key", "value") whose JSON is the record's as a document (a produce -s encoder's input), given
     as its JSON text: a string stays quoted, and null is the document null when the line names the
-    schema it was read with (consume -s --json's `value_schema_id`), else no key / a tombstone."""
-    doc = json.loads(line)  # no options: json's shared decoder
+    schema it was read with (consume -s --json's `value_schema_id`), else no key / a tombstone.
+
+    kcat -J's envelope is read too: `payload` is the value, `ts` the timestamp, `headers` a flat list
+    [name, value, name, value, ...], and a value that is not UTF-8 (kcat writes its bytes as they are)
+    comes back byte for byte. A line with neither value nor payload, or with a field neither envelope
+    has, is refused naming it."""
+    if isinstance(line, bytes):  # kcat -J writes binary keys and values as raw bytes: keep them
+        line = line.decode("utf-8", "surrogateescape")
+    try:
+        doc = json.loads(line)  # no options: json's shared decoder
+    except ValueError as e:  # json's message, without its "line 1" (the input's line is named by the caller)
+        raise ValueError(f"not JSON ({e.msg} at column {e.colno})" if isinstance(e, json.JSONDecodeError)
+                         else "not JSON") from None
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
-    raw_headers = doc.get("headers") or []
-    if isinstance(raw_headers, dict):
-        raw_headers = list(raw_headers.items())
+    if not doc.keys() <= _FIELDS:
+        unknown = ", ".join(sorted(doc.keys() - _FIELDS))
+        raise ValueError(f"unknown field(s) {unknown}: the envelope has key, value (or kcat's payload), headers, "
+                         "timestamp (or kcat's ts) and partition")
+    if doc.get("control") is True:
+        raise ValueError("a transaction marker (\"control\": true) is not a record: copy without --txn-fields")
+    for kcat, ours in _KCAT_RENAMED if ("payload" in doc or "ts" in doc) else ():
+        if kcat in doc:
+            if ours in doc:
+                raise ValueError(f"both {ours} and {kcat} (kcat's name for {ours}): give one")
+            doc[ours] = doc.pop(kcat)
+    if "value" not in doc:
+        raise ValueError('no "value" (or kcat\'s "payload"): a tombstone is "value": null')
     key, value = (_embedded(doc, f) if f in embedded else json_to_bytes(doc.get(f), f) for f in ("key", "value"))
-    return EnvelopeIn(key, value,
-                      [(str(k), json_to_bytes(v, f"header {k}")) for k, v in raw_headers],
-                      _timestamp(doc.get("timestamp")), _partition(doc.get("partition")))
+    return EnvelopeIn(key, value, _headers(doc.get("headers")), _timestamp(doc.get("timestamp")),
+                      _partition(doc.get("partition")))
+
+
+def _headers(raw: object) -> list[tuple[str, bytes | None]]:
+    """klog's [[name, value], ...], an object {name: value}, or kcat's flat [name, value, name, value, ...]."""
+    if not raw:
+        return []
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    elif isinstance(raw, list) and all(isinstance(h, list) for h in raw):
+        if any(len(h) != 2 for h in raw):
+            raise ValueError("each header is [name, value]")
+        pairs = raw
+    elif isinstance(raw, list) and not any(isinstance(h, list) for h in raw):  # kcat -J's flat list
+        if len(raw) % 2:
+            raise ValueError("headers as a flat list (kcat's) take name, value pairs: the last name has no value")
+        pairs = list(zip(raw[::2], raw[1::2], strict=True))
+    else:
+        raise ValueError("headers is [[name, value], ...], {name: value, ...} or kcat's [name, value, ...]")
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str):
+            raise ValueError(f"header name {json.dumps(name)} is not a string")
+        out.append((name, json_to_bytes(value, f"header {name}")))
+    return out
 
 
 def _embedded(doc: dict, field: str) -> bytes | None:

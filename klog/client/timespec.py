@@ -11,13 +11,21 @@ from klog.errors import UsageError
 _SPAN = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _AGO = re.compile(r"\s+ago$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+# ISO 8601's durations as Java's Duration.parse reads them (Kafka's --by-duration PT1H): PnDTnHnMn.nS
+_ISO_SPAN = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{1,9}))?S)?)?", re.IGNORECASE)
 
 
 def parse_span_ms(text: str) -> int:
+    """A span: 90s, 15m, 2h, 7d, 1w, 500ms, or ISO 8601's PT1H, P1DT2H30M, PT0.5S."""
     m = _SPAN.fullmatch(text.strip())
-    if not m:
-        raise UsageError(f"invalid duration '{text}': use e.g. 90s, 15m, 2h, 7d")
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+    if m:
+        return int(m.group(1)) * _UNIT_MS[m.group(2)]
+    iso = _ISO_SPAN.fullmatch(text.strip())
+    if iso and any(iso.groups()) and not text.strip().upper().endswith("T"):  # P alone, or PT with nothing: no
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in iso.groups()[:4])
+        fraction_ms = int(((iso.group(5) or "") + "000")[:3])  # (finer than a millisecond is dropped)
+        return ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000 + fraction_ms
+    raise UsageError(f"invalid duration '{text}': use e.g. 90s, 15m, 2h, 7d (or ISO 8601's PT1H)")
 
 
 def parse_time_ms(text: str, now_ms: int | None = None) -> int:
@@ -27,7 +35,7 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
     if text.isascii() and text.isdigit():  # isdigit alone takes '²', which int() refuses
         return int(text)
     span = _AGO.sub("", text)
-    if _SPAN.fullmatch(span):
+    if _SPAN.fullmatch(span) or (_ISO_SPAN.fullmatch(span) and span[:1] in "Pp" and len(span) > 1):
         return now_ms - parse_span_ms(span)
     try:
         import datetime as dt  # here: only an ISO time needs it
@@ -49,6 +57,12 @@ def parse_range(offset: str | None = None, since: str | None = None, until: str 
     option may be given; `with_tail`/`with_last` name those in that error (the commands that have them)."""
     from klog.client.consumer import StartKind, StartSpec
 
+    if offset is not None and offset.strip()[:2] in ("s@", "e@"):  # kcat's -o s@TS / -o e@TS: --since / --until
+        spec, ts = offset.strip(), offset.strip()[2:]
+        option = "--since" if spec[0] == "s" else "--until"
+        if (since if spec[0] == "s" else until) is not None:
+            raise UsageError(f"-o {spec} is kcat's spelling of {option} {ts}: give one of them")
+        offset, since, until = (None, ts, until) if spec[0] == "s" else (None, since, ts)
     names = ["--offset", "--since"] + (["--tail"] if with_tail else []) + (["--last"] if with_last else [])
     if sum(x is not None for x in (offset, since, tail, last)) > 1:
         raise UsageError(f"use only one of {', '.join(names[:-1])} and {names[-1]}")
@@ -59,5 +73,5 @@ def parse_range(offset: str | None = None, since: str | None = None, until: str 
             raise UsageError("--tail needs a count of 0 or more")
         start = StartSpec(StartKind.TAIL, tail if tail is not None else last)
     else:
-        start = StartSpec.parse(offset or "beginning")
+        start = StartSpec.parse("beginning" if offset is None else offset)
     return start, (parse_time_ms(until) if until else None)

@@ -35,7 +35,10 @@ def _long(minimum: int, maximum: int = LONG_MAX) -> Callable[[str], int]:
     set (validate_configs, as Kafka's ConfigDef refuses it), not where a stored one is read: a
     store that took a larger value before still opens."""
     def parse(text: str) -> int:
-        value = int(text)
+        try:
+            value = int(text)
+        except ValueError:  # (int's own text names Python, not the setting)
+            raise ValueError(f"must be an integer, at least {minimum}") from None
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
         return value
@@ -48,7 +51,10 @@ def _int(minimum: int) -> Callable[[str], int]:
 
 
 def _ratio(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("must be a number between 0 and 1") from None
     if not 0.0 <= value <= 1.0:
         raise ValueError("must be between 0 and 1")
     return value

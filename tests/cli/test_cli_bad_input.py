@@ -55,7 +55,7 @@ def test_a_closed_stdout_is_named_and_nothing_is_committed(data_dir):
     assert_error_line(run_shell(data_dir, "klog groups describe g"), 1, "unknown group 'g'")
     # what writes only to stderr still works
     r = run_shell(data_dir, "klog topics create u >&-")
-    assert (r.returncode, r.stderr) == (0, "Created topic u (1 partition, replication factor 1)\n")
+    assert (r.returncode, r.stderr) == (0, "klog: created topic 'u' (1 partition, replication factor 1)\n")
     assert_store_verifies(data_dir)
 
 

@@ -53,8 +53,8 @@ def test_a_folder_given_as_input_is_named(cli, tmp_path):
 
 
 def test_created_topic_message_counts_partitions(cli):
-    assert cli("topics", "create", "one").stderr == "Created topic one (1 partition, replication factor 1)\n"
-    assert cli("topics", "create", "two", "-p", "2").stderr.startswith("Created topic two (2 partitions,")
+    assert cli("topics", "create", "one").stderr == "klog: created topic 'one' (1 partition, replication factor 1)\n"
+    assert cli("topics", "create", "two", "-p", "2").stderr.startswith("klog: created topic 'two' (2 partitions,")
 
 
 # -- store defaults (klog.json) ------------------------------------------------------------------
@@ -66,7 +66,7 @@ def test_store_defaults_from_klog_json(cli, data_dir):
     doc["defaults"] = {"num.partitions": "3", "auto.create.topics.enable": "false"}
     with open(path, "w") as f:
         json.dump(doc, f)
-    assert cli("topics", "create", "second").stderr.startswith("Created topic second (3 partitions,")
+    assert cli("topics", "create", "second").stderr.startswith("klog: created topic 'second' (3 partitions,")
     r = cli("produce", "missing", input=b"x\n")
     assert_one_line_error(r, 1, "unknown topic 'missing'", "auto.create.topics.enable is false")
     with klog.open(data_dir) as s:

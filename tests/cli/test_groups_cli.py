@@ -244,7 +244,8 @@ def test_groups_list_describe_and_reset_tables(cli, data_dir) -> None:
                              (["--to-datetime", "2000-01-01"], 0), (["--to-current"], 4)):
         assert cli("groups", "reset-offsets", "g", "-t", "t:0", *spec, "--export").out == f"t,0,{new_offset}\n"
     r = cli("groups", "reset-offsets", "g", "-t", "t", "--by-duration", "soon")
-    assert (r.exit_code, r.stderr) == (2, "klog: error: invalid duration 'soon': use e.g. 90s, 15m, 2h, 7d\n")
+    assert (r.exit_code, r.stderr) == (2, "klog: error: invalid duration 'soon': use e.g. 90s, 15m, 2h, 7d (or ISO "
+                                          "8601's PT1H)\n")
     r = cli("groups", "reset-offsets", "g", "--all-topics", "--to-offset", "8", "--execute", "--json")
     assert r.exit_code == 0 and "dry run" not in r.stderr
     with klog.open(data_dir) as store:

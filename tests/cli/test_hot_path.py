@@ -34,7 +34,7 @@ NOT_SURE = [
     ["consume", "t", "-n", "five"],
     ["consume", "t", "-n", " 5"],
     ["consume", "t", "--json=yes"],
-    ["produce"],
+    ["produce", "-t"],  # (no topic at all is produce's own one-line error: the topic may be -t T)
     ["produce", "t", "-Z"],
     ["produce", "t", "--batch-size", "1e6"],
     ["topics", "list"],
