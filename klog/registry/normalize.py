@@ -1,0 +1,211 @@
+"""Confluent's schema normalization (`normalize=true` on a register, lookup or compatibility request, or the
+`normalize` config of a subject or the registry): a schema's text made its normalized form before it is parsed,
+looked up and stored, so that two schemas that differ only in what normalization removes are one schema, one id.
+
+- JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace.
+- Avro (Confluent's AvroSchemaUtils.toNormalizedString, its adaptation of Avro's Parsing Canonical Form that keeps
+  what the canonical form drops): full names (no `namespace`), each named type defined once (later uses and the
+  types the schema's references define are their name), `{"type": "int"}` without properties just `"int"`, known
+  keys in one order, other properties sorted by name, aliases sorted (a type's made full), a decimal's scale 0 left
+  out; `doc`, `aliases`, `default`, `order` (when not ascending), logical types and every other property kept.
+- Protobuf (Confluent's ProtobufSchemaUtils with its normalize context): fields, oneof members and `extend` fields
+  by number, oneofs by their first field's number (empty ones dropped), enum constants by number, reserved and
+  extension ranges one a statement and sorted (`5 to 5` is `5`), options by name (an aggregate's keys sorted),
+  imports sorted and each once, no `syntax = "proto2"` line. Type names are not rewritten to their full names
+  as Confluent's are: klog's identity of a Protobuf schema resolves every type name already.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from klog.protocol import protobuf_schema as proto
+
+PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
+_SCHEMA_RESERVED = frozenset(("type", "name", "namespace", "fields", "items", "values", "symbols", "size", "doc",
+                              "aliases"))
+_FIELD_RESERVED = frozenset(("name", "type", "order", "doc", "aliases", "default"))
+_LOGICAL = ("logicalType", "precision", "scale")
+
+
+def json_normalized(text: Any) -> Any:
+    """A JSON schema's text normalized (text that is not JSON is left for parsing to refuse)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+
+
+def avro_normalized(text: Any, known: set[str] | frozenset[str] = frozenset()) -> Any:
+    """An Avro schema's text normalized; `known`: the full names of the named types its references define.
+    Text that is not JSON is left for parsing to refuse."""
+    if not isinstance(text, str):
+        return text
+    try:
+        doc = json.loads(text)
+        return json.dumps(_avro(doc, "", set(known)), separators=(",", ":"), ensure_ascii=False)
+    except (ValueError, RecursionError, TypeError, AttributeError):
+        return text
+
+
+def _full(name: str, namespace: str) -> str:
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _props(schema: dict[str, Any], reserved: frozenset[str] | set[str]) -> dict[str, Any]:
+    return {k: schema[k] for k in sorted(schema) if k not in reserved}
+
+
+def _logical(schema: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"logicalType": schema["logicalType"]}
+    if schema["logicalType"] == "decimal":
+        if "precision" in schema:
+            out["precision"] = schema["precision"]
+        if schema.get("scale", 0) != 0:
+            out["scale"] = schema["scale"]
+    return out
+
+
+def _avro(schema: Any, namespace: str, defined: set[str]) -> Any:
+    if isinstance(schema, list):
+        return [_avro(member, namespace, defined) for member in schema]
+    if isinstance(schema, str):
+        if schema in PRIMITIVES:
+            return schema
+        qualified = _full(schema, namespace)
+        return qualified if qualified in defined or schema not in defined else schema
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if isinstance(kind, dict | list):  # {"type": {...}}: the inner schema
+        return _avro(kind, namespace, defined)
+    logical = "logicalType" in schema and isinstance(schema["logicalType"], str)
+    reserved = _SCHEMA_RESERVED | (set(_LOGICAL) if logical else set())
+    if kind in ("array", "map"):
+        out: dict[str, Any] = {"type": kind}
+        part = "items" if kind == "array" else "values"
+        out[part] = _avro(schema.get(part), namespace, defined)
+        return {**out, **(_logical(schema) if logical else {}), **_props(schema, reserved)}
+    if kind in ("record", "error", "enum", "fixed"):
+        name = str(schema.get("name"))
+        if "." in name:
+            space = name.rpartition(".")[0]
+        else:
+            space = str(schema.get("namespace") or "") if "namespace" in schema else namespace
+        full = _full(name, space)
+        if full in defined:
+            return full
+        defined.add(full)
+        out = {"name": full, "type": kind}
+        if kind == "enum":
+            out["symbols"] = schema.get("symbols")
+        elif kind == "fixed":
+            out["size"] = schema.get("size")
+        else:
+            out["fields"] = [_field(f, space, defined) for f in schema.get("fields", [])]
+        if logical:
+            out.update(_logical(schema))
+        if schema.get("doc"):
+            out["doc"] = schema["doc"]
+        if schema.get("aliases"):
+            out["aliases"] = sorted({_full(str(a), space) for a in schema["aliases"]})
+        if kind == "enum" and "default" in schema:
+            out["default"] = schema["default"]
+        return {**out, **_props(schema, reserved | ({"default"} if kind == "enum" else set()))}
+    if isinstance(kind, str) and kind in PRIMITIVES:
+        extra = _props(schema, reserved)
+        if not logical and not extra:
+            return kind
+        return {"type": kind, **(_logical(schema) if logical else {}), **extra}
+    return _avro(kind, namespace, defined) if isinstance(kind, str) else schema
+
+
+def _field(f: Any, namespace: str, defined: set[str]) -> Any:
+    if not isinstance(f, dict):
+        return f
+    out: dict[str, Any] = {"name": f.get("name"), "type": _avro(f.get("type"), namespace, defined)}
+    if f.get("order", "ascending") != "ascending":
+        out["order"] = f["order"]
+    if "doc" in f:
+        out["doc"] = f["doc"]
+    if f.get("aliases"):
+        out["aliases"] = sorted(f["aliases"])
+    if "default" in f:
+        out["default"] = f["default"]
+    return {**out, **_props(f, _FIELD_RESERVED)}
+
+
+def protobuf_normalized(model: proto.ProtoFile) -> proto.ProtoFile:
+    """A parsed .proto (klog's model) normalized, as a new model; its canonical text is what is stored."""
+    out = copy.deepcopy(model)
+    if out.syntax == "proto2":
+        out.syntax = None
+    out.imports = sorted(set(out.imports))
+    out.public_imports = sorted(set(out.public_imports))
+    out.options = _options(out.options)
+    for t in out.types:
+        _type(t)
+    for e in out.extends:
+        _extend(e)
+    for service in out.services:
+        service.options = _options(service.options)
+        for rpc in service.rpcs:
+            rpc.options = _options(rpc.options)
+    return out
+
+
+def _options(options: list[proto.Option]) -> list[proto.Option]:
+    return sorted((proto.Option(o.name, _value(o.value)) for o in options), key=lambda o: o.name)
+
+
+def _value(value: Any) -> Any:
+    """An aggregate option value's keys sorted, empty lists dropped, a one-item list its item (as Confluent's)."""
+    if isinstance(value, dict):
+        return {k: _value(value[k]) for k in sorted(value) if value[k] != []}
+    if isinstance(value, list):
+        return _value(value[0]) if len(value) == 1 else [_value(v) for v in value]
+    return value
+
+
+def _ranges(statements: list[list[Any]]) -> list[list[Any]]:
+    """reserved / extensions statements: one value each, `n to n` as n, by their (first) number, then text."""
+    values = [(v[0] if isinstance(v, tuple) and v[0] == v[1] else v) for statement in statements for v in statement]
+
+    def place(v: Any) -> tuple[int, str]:
+        return (v[0] if isinstance(v, tuple) else v if isinstance(v, int) else 2**31, str(v))
+    return [[v] for v in sorted(values, key=place)]
+
+
+def _fields(fields: list[proto.Field]) -> list[proto.Field]:
+    for f in fields:
+        f.options = _options(f.options)
+    return sorted(fields, key=lambda f: f.number)
+
+
+def _extend(extend: proto.Extend) -> None:
+    extend.fields = _fields(extend.fields)
+
+
+def _type(t: proto.Message | proto.Enum) -> None:
+    t.options = _options(t.options)
+    t.reserved = _ranges(t.reserved)
+    if isinstance(t, proto.Enum):
+        for c in t.constants:
+            c.options = _options(c.options)
+        t.constants = sorted(t.constants, key=lambda c: (c.number, c.name))
+        return
+    t.fields = _fields(t.fields)
+    oneofs = [o for o in t.oneofs if o.fields]
+    for o in oneofs:
+        o.fields = _fields(o.fields)
+        o.options = _options(o.options)
+    t.oneofs = sorted(oneofs, key=lambda o: o.fields[0].number)
+    t.extensions = _ranges(t.extensions)
+    for e in t.extends:
+        _extend(e)
+    for nested in t.nested:
+        _type(nested)
