@@ -1,0 +1,191 @@
+"""`klog registry`'s normalization (Confluent's `normalize=true` and the `normalize` config) for Avro, JSON
+Schema and Protobuf: two schemas that differ only in what normalization removes are one schema, one id (and
+without it, where klog's own identity does not already equate them, two); the normalized text is what is
+stored; confluent-kafka's serializers with `normalize.schemas` get one id."""
+
+from __future__ import annotations
+
+import decimal
+import json
+
+import pytest
+
+pytest.importorskip("fastavro", reason="klog registry needs fastavro (pip install 'klog[connect]')")
+
+from klog.registry.normalize import avro_normalized  # noqa: E402
+from tests.registry.helpers import serving  # noqa: E402
+from tests.registry.test_registry_rest import call  # noqa: E402
+
+
+@pytest.fixture
+def url(data_dir):
+    with serving(data_dir) as base:
+        yield base
+
+
+def register(url: str, subject: str, schema: str, kind: str = "AVRO", query: str = "") -> tuple[int, object]:
+    return call(url, "POST", f"/subjects/{subject}/versions{query}", {"schemaType": kind, "schema": schema})
+
+
+ORDER = {"type": "record", "name": "Order", "namespace": "shop", "aliases": ["b", "a"], "doc": "an order",
+         "fields": [{"name": "id", "type": {"type": "long"}},
+                    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 0}},
+                    {"name": "note", "type": ["null", "string"], "default": None, "x-b": 1, "x-a": 2}],
+         "connect.name": "shop.Order"}
+# the same schema as Confluent's normalization sees it: names made full, aliases in another order, the decimal's
+# scale 0 left out, a primitive without properties as its name, keys in another order
+ORDER_AGAIN = {"fields": [{"type": "long", "name": "id"},
+                          {"type": {"logicalType": "decimal", "type": "bytes", "precision": 9}, "name": "price"},
+                          {"x-a": 2, "default": None, "x-b": 1, "type": ["null", "string"], "name": "note"}],
+               "connect.name": "shop.Order", "doc": "an order", "aliases": ["shop.a", "shop.b"],
+               "name": "shop.Order", "type": "record"}
+
+
+def test_avro_normalization_is_confluents_normalized_form():
+    assert json.loads(avro_normalized(json.dumps(ORDER))) == {
+        "name": "shop.Order", "type": "record",
+        "fields": [{"name": "id", "type": "long"},
+                   {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9}},
+                   {"name": "note", "type": ["null", "string"], "default": None, "x-a": 2, "x-b": 1}],
+        "doc": "an order", "aliases": ["shop.a", "shop.b"], "connect.name": "shop.Order"}
+    assert avro_normalized(json.dumps(ORDER)) == avro_normalized(json.dumps(ORDER_AGAIN))
+    # named types once, later uses (and those references define) by full name; a field's order when not ascending
+    twice = {"type": "record", "name": "a.R", "fields": [
+        {"name": "x", "type": {"type": "enum", "name": "E", "symbols": ["A"]}, "order": "descending"},
+        {"name": "y", "type": "E", "order": "ascending"}, {"name": "z", "type": "Money"}]}
+    assert json.loads(avro_normalized(json.dumps(twice), {"Money"}))["fields"] == [
+        {"name": "x", "type": {"name": "a.E", "type": "enum", "symbols": ["A"]}, "order": "descending"},
+        {"name": "y", "type": "a.E"}, {"name": "z", "type": "Money"}]
+    assert avro_normalized("not json") == "not json"  # left for parsing to refuse
+
+
+def test_avro_schemas_that_normalize_alike_get_one_id(url):
+    assert register(url, "o-value", json.dumps(ORDER)) == (200, {"id": 1})
+    assert register(url, "o-value", json.dumps(ORDER_AGAIN)) == (200, {"id": 2})  # not normalized: another schema
+    # normalized, ORDER is ORDER_AGAIN's schema (that one is written in the normalized form already)
+    assert register(url, "n-value", json.dumps(ORDER), query="?normalize=true") == (200, {"id": 2})
+    assert register(url, "n-value", json.dumps(ORDER_AGAIN), query="?normalize=true") == (200, {"id": 2})
+    stored = call(url, "GET", "/subjects/n-value/versions/1")[1]
+    assert stored["schema"] == avro_normalized(json.dumps(ORDER)) and stored["version"] == 1
+    assert call(url, "GET", "/subjects/n-value/versions") == (200, [1])
+    assert call(url, "POST", "/subjects/n-value?normalize=true", {"schema": json.dumps(ORDER)})[1]["id"] == 2
+    assert call(url, "POST", "/subjects/n-value", {"schema": json.dumps(ORDER)})[1]["error_code"] == 40403
+    assert call(url, "POST", "/compatibility/subjects/n-value/versions/latest?normalize=true",
+                {"schema": json.dumps(ORDER_AGAIN)}) == (200, {"is_compatible": True})
+
+
+def test_the_normalize_config_normalizes_without_the_query(url):
+    assert call(url, "PUT", "/config/c-value", {"normalize": True}) == (200, {"normalize": True})
+    assert call(url, "GET", "/config/c-value") == (200, {"normalize": True})
+    assert call(url, "GET", "/config/c-value?defaultToGlobal=true") == (200, {"compatibilityLevel": "BACKWARD",
+                                                                             "normalize": True})
+    assert register(url, "c-value", json.dumps(ORDER)) == (200, {"id": 1})
+    assert register(url, "c-value", json.dumps(ORDER_AGAIN)) == (200, {"id": 1})
+    assert call(url, "POST", "/subjects/c-value", {"schema": json.dumps(ORDER_AGAIN)})[1]["id"] == 1
+    assert register(url, "other-value", json.dumps(ORDER)) == (200, {"id": 2})  # its config does not
+    # the global config, and a subject's own over it; a PUT keeps what it leaves out
+    assert call(url, "PUT", "/config", {"normalize": True}) == (200, {"normalize": True})
+    assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "BACKWARD", "normalize": True})
+    assert register(url, "g-value", json.dumps(ORDER_AGAIN)) == (200, {"id": 1})
+    assert call(url, "PUT", "/config/c-value", {"compatibility": "NONE"}) == (200, {"compatibility": "NONE",
+                                                                                  "normalize": True})
+    assert call(url, "PUT", "/config/x-value", {"normalize": False})[0] == 200
+    assert register(url, "x-value", json.dumps(ORDER)) == (200, {"id": 2})
+    status, answer = call(url, "PUT", "/config", {"normalize": "yes"})
+    assert (status, answer["error_code"]) == (422, 42203)
+    assert call(url, "PUT", "/config", {})[1]["error_code"] == 42203
+    assert call(url, "DELETE", "/config/c-value") == (200, {"compatibilityLevel": "NONE"})
+    assert call(url, "GET", "/config/c-value")[1]["error_code"] == 40408
+
+
+def test_json_schemas_normalized_by_the_config(url):
+    first = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})
+    again = json.dumps({"properties": {"a": {"type": "string"}}, "type": "object"}, indent=2)
+    assert call(url, "PUT", "/config/j-value", {"normalize": True})[0] == 200
+    assert register(url, "j-value", first, "JSON") == (200, {"id": 1})
+    assert register(url, "j-value", again, "JSON") == (200, {"id": 1})
+    assert call(url, "GET", "/schemas/ids/1")[1]["schema"] == \
+        '{"properties":{"a":{"type":"string"}},"type":"object"}'
+
+
+PROTO = """syntax = "proto2";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/duration.proto";
+option java_package = "shop.proto";
+option java_multiple_files = true;
+message Order {
+  reserved 9, 2 to 3;
+  reserved "b", "a";
+  optional string id = 1 [json_name = "ident", deprecated = true];
+  oneof when { google.protobuf.Timestamp at = 4; google.protobuf.Duration after = 5; }
+  oneof what { string sku = 6; }
+  extensions 100 to 200, 50;
+  enum State { DONE = 2; NEW = 0; OPEN = 1; }
+  optional State state = 7;
+}
+"""
+# what Confluent's normalization makes the same: imports, options, reserved, enum constants, oneofs and
+# extension ranges in another order, no syntax line (proto2 either way)
+PROTO_AGAIN = """package shop;
+import "google/protobuf/duration.proto";
+import "google/protobuf/timestamp.proto";
+option java_multiple_files = true;
+option java_package = "shop.proto";
+message Order {
+  reserved 2 to 3, 9;
+  reserved "a", "b";
+  optional State state = 7;
+  optional string id = 1 [deprecated = true, json_name = "ident"];
+  oneof what { string sku = 6; }
+  oneof when { google.protobuf.Duration after = 5; google.protobuf.Timestamp at = 4; }
+  extensions 50, 100 to 200;
+  enum State { NEW = 0; OPEN = 1; DONE = 2; }
+}
+"""
+
+
+def test_protobuf_schemas_that_normalize_alike_get_one_id(url):
+    pytest.importorskip("google.protobuf")
+    assert register(url, "p-value", PROTO, "PROTOBUF") == (200, {"id": 1})
+    assert register(url, "p-value", PROTO_AGAIN, "PROTOBUF") == (200, {"id": 2})  # not normalized: another
+    assert register(url, "q-value", PROTO, "PROTOBUF", "?normalize=true") == (200, {"id": 3})
+    assert register(url, "q-value", PROTO_AGAIN, "PROTOBUF", "?normalize=true") == (200, {"id": 3})
+    assert call(url, "GET", "/subjects/q-value/versions") == (200, [1])
+    stored = call(url, "GET", "/schemas/ids/3")[1]["schema"]
+    assert "syntax" not in stored and stored.index("duration.proto") < stored.index("timestamp.proto")
+    assert stored.index("NEW = 0") < stored.index("OPEN = 1") < stored.index("DONE = 2")
+    assert stored.index("oneof when") < stored.index("oneof what")  # by their first field's number
+    assert call(url, "POST", "/subjects/q-value?normalize=true",
+                {"schemaType": "PROTOBUF", "schema": PROTO})[1]["id"] == 3
+    # the stored normalized text serves its serialized form (what confluent-kafka's deserializer asks for)
+    assert call(url, "GET", "/schemas/ids/3?format=serialized")[0] == 200
+
+
+@pytest.mark.slow
+def test_confluent_kafkas_serializers_with_normalize_schemas_get_one_id(url):
+    """confluent-kafka's AvroSerializer and JSONSerializer with `normalize.schemas`: a schema and the same one
+    spelt differently register as one id, and its records read back."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("orders", MessageField.VALUE)
+    order = {"id": 7, "price": decimal.Decimal("12"), "note": None}
+    conf = {"normalize.schemas": True}
+    first = AvroSerializer(client, json.dumps(ORDER), conf=conf)(order, context)
+    again = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(ORDER_AGAIN), conf=conf)(order, context)
+    assert first[:5] == again[:5] == b"\x00\x00\x00\x00\x01"
+    assert call(url, "GET", "/subjects/orders-value/versions") == (200, [1])
+    assert AvroDeserializer(client)(first, context) == order
+    pytest.importorskip("jsonschema")
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    js = json.dumps({"type": "object", "properties": {"a": {"type": "string"}}})
+    js_again = json.dumps({"properties": {"a": {"type": "string"}}, "type": "object"})
+    events = SerializationContext("events", MessageField.VALUE)
+    one = JSONSerializer(js, client, conf=conf)({"a": "x"}, events)
+    two = JSONSerializer(js_again, SchemaRegistryClient({"url": url}), conf=conf)({"a": "y"}, events)
+    assert one[:5] == two[:5] == b"\x00\x00\x00\x00\x02"
+    assert JSONDeserializer(None, schema_registry_client=client)(two, events) == {"a": "y"}
