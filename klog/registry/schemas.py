@@ -634,8 +634,8 @@ class Registry:
         return [{**ref, "version": latest.get(ref.get("subject"), -1)} if ref.get("version") == -1 else ref
                 for ref in references]
 
-    def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
-        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0])
+    def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]], strict: bool = True) -> Any:
+        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0], strict)
 
     def _normalized(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
         """A request's schema text in Confluent's normalized form (klog.registry.normalize)."""
@@ -652,11 +652,14 @@ class Registry:
     def _request(self, subject: str, text: Any, schema_type: str, references: list[dict[str, Any]] | None,
                  normalize: bool) -> tuple[Any, Any, list[dict[str, Any]]]:
         """A request's schema text (normalized with `normalize`, or the `normalize` config in scope), parsed, and
-        its references pinned."""
+        its references pinned. In IMPORT mode the text is neither normalized nor held to what protoc refuses
+        past the grammar: it is what the source registry took, as Confluent's maybeValidateAndNormalizeSchema
+        skips both for an import."""
         references = self._pinned(references or [])
-        if normalize or self.normalize(subject):
+        importing = self.mode(subject) == "IMPORT"
+        if (normalize or self.normalize(subject)) and not importing:
             text = self._normalized(text, schema_type, references)
-        return text, self._parse(text, schema_type, references), references
+        return text, self._parse(text, schema_type, references, strict=not importing), references
 
     @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",

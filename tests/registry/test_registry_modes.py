@@ -183,3 +183,16 @@ def test_confluent_kafkas_client_sets_modes_and_reads_an_imported_registry(data_
         with pytest.raises(SchemaRegistryError) as unset:
             target.get_mode("users-value")
         assert unset.value.error_code == 40409
+
+
+def test_import_takes_what_confluents_registry_took(url):
+    """An import is held to the grammar, not to what protoc refuses past it (Confluent's registry skips its
+    validation for an import, and its _schemas may hold such a schema)."""
+    pytest.importorskip("google.protobuf")
+    lenient = 'syntax = "proto3";\nenum E { A = 1; }\nmessage M { E e = 1; }'
+    body = {"schemaType": "PROTOBUF", "schema": lenient}
+    assert call(url, "POST", "/subjects/p/versions", body)[1]["error_code"] == 42201  # read-write: refused
+    assert call(url, "PUT", "/mode", {"mode": "IMPORT"})[0] == 200
+    assert call(url, "POST", "/subjects/p/versions", {**body, "id": 12}) == (200, {"id": 12})
+    assert call(url, "POST", "/subjects/q/versions", {"schemaType": "PROTOBUF", "schema": "message {", "id": 13})[1][
+        "error_code"] == 42201

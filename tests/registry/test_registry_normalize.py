@@ -189,3 +189,15 @@ def test_confluent_kafkas_serializers_with_normalize_schemas_get_one_id(url):
     two = JSONSerializer(js_again, SchemaRegistryClient({"url": url}), conf=conf)({"a": "y"}, events)
     assert one[:5] == two[:5] == b"\x00\x00\x00\x00\x02"
     assert JSONDeserializer(None, schema_registry_client=client)(two, events) == {"a": "y"}
+
+
+def test_an_import_keeps_the_text_it_is_sent_normalize_or_not(url):
+    """In IMPORT mode a schema is the source registry's, as it was: not normalized (Confluent's
+    maybeValidateAndNormalizeSchema skips normalizing an import)."""
+    assert call(url, "PUT", "/config", {"normalize": True})[0] == 200
+    assert call(url, "PUT", "/mode", {"mode": "IMPORT"})[0] == 200
+    body = {"schema": json.dumps(ORDER), "id": 40, "version": 2}
+    assert call(url, "POST", "/subjects/o-value/versions?normalize=true", body) == (200, {"id": 40})
+    assert call(url, "GET", "/schemas/ids/40")[1]["schema"] == json.dumps(ORDER)
+    assert call(url, "PUT", "/mode", {"mode": "READWRITE"})[0] == 200
+    assert register(url, "o-value", json.dumps(ORDER)) == (200, {"id": 41})  # normalized now: another schema
