@@ -11,8 +11,10 @@ looked up and stored, so that two schemas that differ only in what normalization
 - Protobuf (Confluent's ProtobufSchemaUtils with its normalize context): fields, oneof members and `extend` fields
   by number, oneofs by their first field's number (empty ones dropped), enum constants by number, reserved and
   extension ranges one a statement and sorted (`5 to 5` is `5`), options by name (an aggregate's keys sorted),
-  imports sorted and each once, no `syntax = "proto2"` line. Type names are not rewritten to their full names
-  as Confluent's are: klog's identity of a Protobuf schema resolves every type name already.
+  imports sorted and each once, no `syntax = "proto2"` line, every message or enum type named by its full name
+  with a leading dot (`.shop.Money`) in fields, map values, `extend` blocks and rpcs, and a map field as
+  `map<K, V>` (a serialized schema's `...Entry` messages dropped), so the .proto text of a schema and its
+  serialized form normalize to one text.
 """
 
 from __future__ import annotations
@@ -139,9 +141,16 @@ def _field(f: Any, namespace: str, defined: set[str]) -> Any:
     return {**out, **_props(f, _FIELD_RESERVED)}
 
 
-def protobuf_normalized(model: proto.ProtoFile) -> proto.ProtoFile:
-    """A parsed .proto (klog's model) normalized, as a new model; its canonical text is what is stored."""
+_SCALARS = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
+            9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
+
+
+def protobuf_normalized(model: proto.ProtoFile, descriptor: Any = None) -> proto.ProtoFile:
+    """A parsed .proto (klog's model) normalized, as a new model; its canonical text is what is stored.
+    `descriptor`: its resolved FileDescriptorProto, whose type names are written in (none: left as written)."""
     out = copy.deepcopy(model)
+    if descriptor is not None:
+        _Resolver(descriptor).file(out)
     if out.syntax == "proto2":
         out.syntax = None
     out.imports = sorted(set(out.imports))
@@ -209,3 +218,72 @@ def _type(t: proto.Message | proto.Enum) -> None:
         _extend(e)
     for nested in t.nested:
         _type(nested)
+
+
+class _Resolver:
+    """Writes a model's type names as its descriptor resolved them (a full name with a leading dot), and a map
+    field (a text's `map<K, V>`, a serialized schema's repeated `...Entry` message) as `map<K, .V>`, its entry
+    message dropped: a model and its descriptor are walked side by side, messages by name, fields by number."""
+
+    def __init__(self, descriptor: Any) -> None:
+        self.entries: dict[str, Any] = {}  # a map entry message's full name -> its descriptor
+
+        def walk(messages: Any, scope: str) -> None:
+            for m in messages:
+                name = f"{scope}.{m.name}"
+                if m.options.map_entry:
+                    self.entries[name] = m
+                walk(m.nested_type, name)
+        package = f".{descriptor.package}" if descriptor.package else ""
+        walk(descriptor.message_type, package)
+        self.descriptor = descriptor
+
+    def file(self, model: proto.ProtoFile) -> None:
+        self._types(model.types, self.descriptor.message_type)
+        self._extends(model.extends, self.descriptor.extension)
+        services = {s.name: s for s in self.descriptor.service}
+        for service in model.services:
+            methods = {m.name: m for m in services[service.name].method} if service.name in services else {}
+            for rpc in service.rpcs:
+                if rpc.name in methods:
+                    rpc.request, rpc.response = methods[rpc.name].input_type, methods[rpc.name].output_type
+
+    def _types(self, types: list[proto.Message | proto.Enum], messages: Any) -> None:
+        described = {m.name: m for m in messages}
+        for t in list(types):
+            d = described.get(t.name)
+            if not isinstance(t, proto.Message) or d is None:
+                continue
+            if d.options.map_entry:
+                types.remove(t)
+                continue
+            fields = {f.number: f for f in d.field}
+            for f in [*t.fields, *(member for oneof in t.oneofs for member in oneof.fields)]:
+                if f.number in fields:
+                    self._field(f, fields[f.number])
+            self._extends(t.extends, d.extension)
+            self._types(t.nested, d.nested_type)
+
+    def _field(self, f: proto.Field, d: Any) -> None:
+        if not d.type_name:
+            return
+        entry = self.entries.get(d.type_name)
+        if entry is None:
+            f.type = d.type_name
+            return
+        key, value = sorted(entry.field, key=lambda e: e.number)[:2]
+        f.type = f"map<{_SCALARS.get(key.type, 'string')}, {value.type_name or _SCALARS.get(value.type, '')}>"
+        f.label = None
+
+    def _extends(self, extends: list[proto.Extend], described: Any) -> None:
+        by_number: dict[int, list[Any]] = {}
+        for d in described:
+            by_number.setdefault(d.number, []).append(d)
+        for extend in extends:
+            found = [d for f in extend.fields for d in by_number.get(f.number, [])]
+            if found:
+                extend.name = found[0].extendee
+            for f in extend.fields:
+                same = [d for d in by_number.get(f.number, []) if d.name == f.name]
+                if same:
+                    self._field(f, same[0])

@@ -647,7 +647,8 @@ class Registry:
             for ref, _ in referenced.values():
                 known.update(named_types(ref))
             return avro_normalized(text, known)
-        return proto.canonical_text(protobuf_normalized(self._parse(text, schema_type, references).schema.proto))
+        parsed = self._parse(text, schema_type, references)
+        return proto.canonical_text(protobuf_normalized(parsed.schema.proto, parsed.descriptor))
 
     def _request(self, subject: str, text: Any, schema_type: str, references: list[dict[str, Any]] | None,
                  normalize: bool) -> tuple[Any, Any, list[dict[str, Any]]]:

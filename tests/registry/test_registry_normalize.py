@@ -158,8 +158,31 @@ def test_protobuf_schemas_that_normalize_alike_get_one_id(url):
     assert stored.index("oneof when") < stored.index("oneof what")  # by their first field's number
     assert call(url, "POST", "/subjects/q-value?normalize=true",
                 {"schemaType": "PROTOBUF", "schema": PROTO})[1]["id"] == 3
-    # the stored normalized text serves its serialized form (what confluent-kafka's deserializer asks for)
-    assert call(url, "GET", "/schemas/ids/3?format=serialized")[0] == 200
+    assert "optional .shop.Order.State state = 7;" in stored and ".google.protobuf.Timestamp at = 4;" in stored
+    # the serialized form (a FileDescriptorProto) normalizes to the same text: what confluent-kafka's
+    # ProtobufSerializer registers and a .proto file are one text, as on Confluent's registry
+    serialized = call(url, "GET", "/schemas/ids/1?format=serialized")[1]["schema"]
+    assert register(url, "r-value", serialized, "PROTOBUF", "?normalize=true") == (200, {"id": 3})
+    assert call(url, "GET", "/subjects/r-value/versions/1")[1]["schema"] == stored
+
+
+def test_protobuf_maps_and_type_names_normalize_as_confluents(url):
+    pytest.importorskip("google.protobuf")
+    text = """syntax = "proto3";
+package shop;
+message Money { int64 units = 1; }
+message Order { map<string, Money> prices = 1; Line line = 2; message Line { Money m = 1; } }
+service S { rpc Get (Order) returns (Money); }
+"""
+    assert register(url, "m-value", text, "PROTOBUF", "?normalize=true") == (200, {"id": 1})
+    stored = call(url, "GET", "/subjects/m-value/versions/1")[1]["schema"]
+    for line in ("map<string, .shop.Money> prices = 1;", ".shop.Order.Line line = 2;", ".shop.Money m = 1;",
+                 "rpc Get (.shop.Order) returns (.shop.Money);"):
+        assert line in stored
+    serialized = call(url, "GET", "/schemas/ids/1?format=serialized")[1]["schema"]  # PricesEntry in it
+    assert register(url, "n-value", serialized, "PROTOBUF", "?normalize=true") == (200, {"id": 1})
+    assert call(url, "GET", "/subjects/n-value/versions/1")[1]["schema"] == stored  # no PricesEntry
+    assert register(url, "m-value", stored, "PROTOBUF", "?normalize=true") == (200, {"id": 1})  # idempotent
 
 
 @pytest.mark.slow
