@@ -224,3 +224,24 @@ def test_an_import_keeps_the_text_it_is_sent_normalize_or_not(url):
     assert call(url, "GET", "/schemas/ids/40")[1]["schema"] == json.dumps(ORDER)
     assert call(url, "PUT", "/mode", {"mode": "READWRITE"})[0] == 200
     assert register(url, "o-value", json.dumps(ORDER)) == (200, {"id": 41})  # normalized now: another schema
+
+
+@pytest.mark.slow
+def test_confluent_kafkas_protobuf_serializer_with_normalize_schemas_round_trips(url):
+    protobuf = pytest.importorskip("confluent_kafka.schema_registry.protobuf")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.registry.test_registry_protobuf import _order_classes
+
+    order_class, line_class = _order_classes()
+    client = SchemaRegistryClient({"url": url})
+    context = SerializationContext("orders", MessageField.VALUE)
+    order = order_class(id="o-1", lines=[line_class(sku="s-1", quantity=2)])
+    conf = {"normalize.schemas": True, "use.deprecated.format": False}
+    data = protobuf.ProtobufSerializer(order_class, client, conf)(order, context)
+    assert data[:6] == b"\x00\x00\x00\x00\x01\x00"
+    stored = call(url, "GET", "/subjects/orders-value/versions/1")[1]["schema"]
+    assert "repeated .shop.Order.Line lines = 3;" in stored and ".google.protobuf.Timestamp placed_at = 2;" in stored
+    reader = protobuf.ProtobufDeserializer(order_class, {"use.deprecated.format": False}, client)
+    assert reader(data, context) == order
