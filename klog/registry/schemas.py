@@ -595,7 +595,11 @@ class Registry:
 
     def mode(self, subject: str | None, in_scope: bool = True) -> str | None:
         """The subject's mode; `in_scope`: else the global one, else READWRITE (the global one is READWRITE when
-        unset; a subject's own is None when unset)."""
+        unset; a subject's own is None when unset). A global READONLY_OVERRIDE is every subject's, over its own,
+        as in Confluent's registries until 8.1 (its latest code, which deprecates the mode, reads it as READONLY
+        and lets a subject's own mode come first)."""
+        if self.modes.get(None) == "READONLY_OVERRIDE":
+            return "READONLY_OVERRIDE"
         if subject in self.modes:
             return self.modes[subject]
         if subject is None or in_scope:

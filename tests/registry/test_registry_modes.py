@@ -63,8 +63,12 @@ def test_read_only_refuses_every_write_but_answers_what_is_there(url, mode):
     # a schema the subject has is answered: auto-registering clients keep working
     assert call(url, "POST", "/subjects/u/versions", {"schema": V1}) == (200, {"id": 1})
     assert call(url, "GET", "/subjects/u/versions") == (200, [1])
-    # a subject's own mode comes first
+    # a subject's own mode comes first, but for a global READONLY_OVERRIDE (what the mode is for)
     assert call(url, "PUT", "/mode/u", {"mode": "READWRITE"})[0] == 200
+    if mode == "READONLY_OVERRIDE":
+        assert call(url, "POST", "/subjects/u/versions", {"schema": V2})[1]["error_code"] == 42205
+        assert call(url, "GET", "/mode/u") == (200, {"mode": "READONLY_OVERRIDE"})
+        assert call(url, "PUT", "/mode", {"mode": "READONLY"})[0] == 200
     assert call(url, "POST", "/subjects/u/versions", {"schema": V2}) == (200, {"id": 2})
     assert call(url, "PUT", "/mode/u", {"mode": "READONLY"})[0] == 200
     assert call(url, "PUT", "/mode", {"mode": "READWRITE"})[0] == 200
