@@ -4,10 +4,11 @@ looked up and stored, so that two schemas that differ only in what normalization
 
 - JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace.
 - Avro (Confluent's AvroSchemaUtils.toNormalizedString, its adaptation of Avro's Parsing Canonical Form that keeps
-  what the canonical form drops): full names (no `namespace`), each named type defined once (later uses and the
-  types the schema's references define are their name), `{"type": "int"}` without properties just `"int"`, known
-  keys in one order, other properties sorted by name, aliases sorted (a type's made full), a decimal's scale 0 left
-  out; `doc`, `aliases`, `default`, `order` (when not ascending), logical types and every other property kept.
+  what the canonical form drops): each named type defined once (later uses and the types the schema's references
+  define are their name), `{"type": "int"}` without properties just `"int"`, other properties sorted by name,
+  aliases sorted, a decimal's scale 0 left out; `doc`, `aliases`, `default`, `order` (when not ascending),
+  logical types and every other property kept. Then written as Confluent's registry stores it, the text Avro's
+  Schema.toString gives the normalized schema (`type`, `name`, `namespace` where it changes, ...).
 - Protobuf (Confluent's ProtobufSchemaUtils with its normalize context): fields, oneof members and `extend` fields
   by number, oneofs by their first field's number (empty ones dropped), enum constants by number, reserved and
   extension ranges one a statement and sorted (`5 to 5` is `5`), options by name (an aggregate's keys sorted),
@@ -49,9 +50,70 @@ def avro_normalized(text: Any, known: set[str] | frozenset[str] = frozenset()) -
         return text
     try:
         doc = json.loads(text)
-        return json.dumps(_avro(doc, "", set(known)), separators=(",", ":"), ensure_ascii=False)
+        normalized = _avro(doc, "", set(known))
+        return json.dumps(_avro_text(normalized, set(known), None), separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError, TypeError, AttributeError):
         return text
+
+
+_TYPE_NAMES = PRIMITIVES | {"record", "enum", "array", "map", "union", "fixed"}
+
+
+def _qualified(full: str, space: str | None) -> str:
+    """Avro's Name.getQualified: a name in the enclosing namespace short (unless it is a type's name)."""
+    namespace, _, name = full.rpartition(".")
+    return name if namespace and namespace == space and name not in _TYPE_NAMES else full
+
+
+def _avro_text(schema: Any, known: set[str], space: str | None) -> Any:
+    """A normalized schema (full names) as Avro's Schema.toString writes it (knownNames: the references' types,
+    then each named type as it is written), key order and namespaces included."""
+    if isinstance(schema, list):
+        return [_avro_text(member, known, space) for member in schema]
+    if isinstance(schema, str):
+        return schema if schema in PRIMITIVES else _qualified(schema, space)
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if kind in ("array", "map"):
+        part = "items" if kind == "array" else "values"
+        return {"type": kind, part: _avro_text(schema.get(part), known, space),
+                **{k: v for k, v in schema.items() if k not in ("type", part)}}
+    if "name" not in schema or kind not in ("record", "error", "enum", "fixed"):
+        return schema
+    full = str(schema["name"])
+    if full in known:
+        return _qualified(full, space)
+    known.add(full)
+    namespace = full.rpartition(".")[0] or None
+    out: dict[str, Any] = {"type": kind, "name": full.rpartition(".")[2]}
+    if namespace is not None and namespace != space:
+        out["namespace"] = namespace
+    elif namespace is None and space is not None:
+        out["namespace"] = ""
+    if "doc" in schema:
+        out["doc"] = schema["doc"]
+    if kind in ("record", "error"):
+        out["fields"] = [_field_text(f, known, namespace) for f in schema.get("fields", [])]
+    elif kind == "enum":
+        out["symbols"] = schema.get("symbols")
+        if "default" in schema:
+            out["default"] = schema["default"]
+    else:
+        out["size"] = schema.get("size")
+    out.update({k: v for k, v in schema.items() if k not in _SCHEMA_RESERVED and k != "default"})
+    if schema.get("aliases"):
+        out["aliases"] = [_qualified(str(a), namespace) for a in schema["aliases"]]
+    return out
+
+
+def _field_text(f: Any, known: set[str], space: str | None) -> Any:
+    if not isinstance(f, dict):
+        return f
+    out = {"name": f.get("name"), "type": _avro_text(f.get("type"), known, space)}
+    out.update({k: f[k] for k in ("doc", "default", "order", "aliases") if k in f})
+    out.update({k: v for k, v in f.items() if k not in _FIELD_RESERVED})
+    return out
 
 
 def _full(name: str, namespace: str) -> str:
