@@ -21,7 +21,10 @@ looked up and stored, so that two schemas that differ only in what normalization
 from __future__ import annotations
 
 import copy
+import decimal
+import itertools
 import json
+import re
 from typing import Any
 
 from klog.protocol import protobuf_schema as proto
@@ -207,39 +210,61 @@ _SCALARS = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fi
             9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
 
 
-def protobuf_normalized(model: proto.ProtoFile, descriptor: Any = None) -> proto.ProtoFile:
+def protobuf_normalized(model: proto.ProtoFile, descriptor: Any = None,
+                        dependencies: dict[str, proto.ProtoFile] | None = None) -> proto.ProtoFile:
     """A parsed .proto (klog's model) normalized, as a new model; its canonical text is what is stored.
-    `descriptor`: its resolved FileDescriptorProto, whose type names are written in (none: left as written)."""
+    `descriptor`: its resolved FileDescriptorProto, whose type names are written in (none: left as written);
+    `dependencies`: its imports (import name -> parsed), where the custom options it uses may be declared."""
     out = copy.deepcopy(model)
     if descriptor is not None:
         _Resolver(descriptor).file(out)
+    names = _Declared([model, *(dependencies or {}).values()])
+    scope = out.package.split(".") if out.package else []
     if out.syntax == "proto2":
         out.syntax = None
     out.imports = sorted(set(out.imports))
     out.public_imports = sorted(set(out.public_imports))
-    out.options = _options(out.options)
+    out.options = names.options(out.options, scope)
     for t in out.types:
-        _type(t)
-    for e in out.extends:
-        _extend(e)
+        _type(t, names, scope)
+    out.extends = _extends(out.extends, names, scope)
     for service in out.services:
-        service.options = _options(service.options)
+        service.options = names.options(service.options, scope)
         for rpc in service.rpcs:
-            rpc.options = _options(rpc.options)
+            rpc.options = names.options(rpc.options, scope)
     return out
 
 
-def _options(options: list[proto.Option]) -> list[proto.Option]:
-    return sorted((proto.Option(o.name, _value(o.value)) for o in options), key=lambda o: o.name)
-
-
 def _value(value: Any) -> Any:
-    """An aggregate option value's keys sorted, empty lists dropped, a one-item list its item (as Confluent's)."""
+    """An aggregate option value's keys sorted, empty lists dropped, a one-item list its item, a number in plain
+    decimal (as Confluent's)."""
     if isinstance(value, dict):
         return {k: _value(value[k]) for k in sorted(value) if value[k] != []}
     if isinstance(value, list):
         return _value(value[0]) if len(value) == 1 else [_value(v) for v in value]
-    return value
+    return _number(value) if isinstance(value, proto.Raw) else value
+
+
+_FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number(raw: proto.Raw) -> proto.Raw:
+    """A number as Confluent's normalization writes it (Java's DecimalFormat: plain decimal, no exponent, no
+    trailing zeros, 0x10 as 16), where that loses nothing: DecimalFormat keeps 3 fraction digits, and a value
+    with more is left as written rather than rounded."""
+    text = str(raw)
+    try:
+        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
+            return proto.Raw(str(int(text, 16)))
+        if not _FLOAT.fullmatch(text) or re.fullmatch(r"-?(0|[1-9][0-9]*)", text):
+            return raw
+        value = decimal.Decimal(text)
+        plain = format(value.normalize(), "f")
+        if "." in plain and len(plain.split(".")[1]) > 3 or len(plain) > 40:
+            return raw
+        return proto.Raw("0" if plain in ("-0", "0") and not text.startswith("-") else plain)
+    except (ValueError, decimal.InvalidOperation):
+        return raw
 
 
 def _ranges(statements: list[list[Any]]) -> list[list[Any]]:
@@ -251,35 +276,145 @@ def _ranges(statements: list[list[Any]]) -> list[list[Any]]:
     return [[v] for v in sorted(values, key=place)]
 
 
-def _fields(fields: list[proto.Field]) -> list[proto.Field]:
+def _fields(fields: list[proto.Field], names: _Declared, scope: list[str]) -> list[proto.Field]:
+    """By number, each one's options by name, its `default` and `json_name` among them (as Confluent's are)."""
     for f in fields:
-        f.options = _options(f.options)
+        options = list(f.options)
+        if f.default is not None:  # written as proto.canonical_text writes it
+            kind = f.type.rsplit(".", 1)[-1]
+            quoted = kind == "string" or (kind == "bytes" and not re.fullmatch(r"[A-Za-z0-9_.+-]+", f.default))
+            options.append(proto.Option("default", f.default if quoted else _number(proto.Raw(f.default))))
+        if f.json_name is not None:
+            options.append(proto.Option("json_name", f.json_name))
+        f.default = f.json_name = None
+        f.options = names.options(options, scope)
     return sorted(fields, key=lambda f: f.number)
 
 
-def _extend(extend: proto.Extend) -> None:
-    extend.fields = _fields(extend.fields)
+def _extends(extends: list[proto.Extend], names: _Declared, scope: list[str]) -> list[proto.Extend]:
+    """`extend` blocks of one (resolved) message made one, in the order they first appear, fields by number."""
+    merged: dict[str, proto.Extend] = {}
+    for e in extends:
+        merged.setdefault(e.name, proto.Extend(e.name)).fields.extend(e.fields)
+    for e in merged.values():
+        e.fields = _fields(e.fields, names, scope)
+    return list(merged.values())
 
 
-def _type(t: proto.Message | proto.Enum) -> None:
-    t.options = _options(t.options)
+def _type(t: proto.Message | proto.Enum, names: _Declared, scope: list[str]) -> None:
+    inner = [*scope, t.name]
+    t.options = names.options(t.options, inner)
     t.reserved = _ranges(t.reserved)
     if isinstance(t, proto.Enum):
         for c in t.constants:
-            c.options = _options(c.options)
+            c.options = names.options(c.options, inner)
         t.constants = sorted(t.constants, key=lambda c: (c.number, c.name))
         return
-    t.fields = _fields(t.fields)
+    t.fields = _fields(t.fields, names, inner)
     oneofs = [o for o in t.oneofs if o.fields]
     for o in oneofs:
-        o.fields = _fields(o.fields)
-        o.options = _options(o.options)
+        o.fields = _fields(o.fields, names, inner)
+        o.options = names.options(o.options, inner)
     t.oneofs = sorted(oneofs, key=lambda o: o.fields[0].number)
     t.extensions = _ranges(t.extensions)
-    for e in t.extends:
-        _extend(e)
+    t.extends = _extends(t.extends, names, inner)
     for nested in t.nested:
-        _type(nested)
+        _type(nested, names, inner)
+
+
+_CUSTOM = re.compile(r"\(\.?([A-Za-z_][A-Za-z0-9_.]*)\)((?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
+
+
+class _Declared:
+    """The messages and custom options (extension fields) a schema and its imports declare, for Confluent's
+    normalization of options: a custom option's name made its full name, `(opt).a.b = v` made `(full.opt) = {a: {b:
+    v}}`, the settings of one non-repeated option merged into one aggregate (a singular message field's merged
+    again, a singular scalar's last one kept, a repeated field's gathered into a list), all sorted by name."""
+
+    def __init__(self, files: list[proto.ProtoFile]) -> None:
+        self.messages: dict[str, tuple[proto.Message, list[str]]] = {}  # full name -> (message, its scope)
+        self.extensions: dict[str, tuple[proto.Field, list[str]]] = {}  # full name -> (field, where declared)
+        for file in files:
+            package = file.package.split(".") if file.package else []
+            self._declare(file.types, file.extends, package)
+
+    def _declare(self, types: list[proto.Message | proto.Enum], extends: list[proto.Extend], scope: list[str]) -> None:
+        for e in extends:
+            for f in e.fields:
+                self.extensions[".".join([*scope, f.name])] = (f, scope)
+        for t in types:
+            if isinstance(t, proto.Message):
+                self.messages[".".join([*scope, t.name])] = (t, [*scope, t.name])
+                self._declare(t.nested, t.extends, [*scope, t.name])
+
+    @staticmethod
+    def _resolve(name: str, scope: list[str], known: dict[str, Any]) -> str | None:
+        """A name as protoc resolves it from a scope: the innermost enclosing scope that has it."""
+        if name.startswith("."):
+            return name[1:] if name[1:] in known else None
+        for i in range(len(scope), -1, -1):
+            candidate = ".".join([*scope[:i], name])
+            if candidate in known:
+                return candidate
+        return None
+
+    def _message_of(self, field: proto.Field | None, scope: list[str]) -> tuple[proto.Message, list[str]] | None:
+        if field is None or field.type.startswith("map<"):
+            return None
+        full = self._resolve(field.type, scope, self.messages)
+        return None if full is None else self.messages[full]
+
+    def options(self, options: list[proto.Option], scope: list[str]) -> list[proto.Option]:
+        entries: list[tuple[str, str, Any, str | None]] = []  # (sort name, name written, value, extension)
+        for o in options:
+            m = _CUSTOM.fullmatch(o.name)
+            full = None if m is None else self._resolve(("." if o.name.startswith("(.") else "") + m.group(1), scope,
+                                                        self.extensions)
+            if m is None or full is None:
+                entries.append((o.name if m is None else m.group(1), o.name, o.value, None))
+                continue
+            value = o.value
+            for part in reversed(m.group(2).split(".")[1:]):
+                value = {part: value}
+            entries.append((full, f"({full})", value, full))
+        entries.sort(key=lambda e: e[0])
+        out: list[proto.Option] = []
+        for _, group in itertools.groupby(entries, key=lambda e: e[0]):
+            items = list(group)
+            extension = items[0][3]
+            field, where = self.extensions[extension] if extension is not None else (None, scope)
+            if field is None or field.label == "repeated":
+                out.extend(proto.Option(name, value) for _, name, value, _ in items)
+                continue
+            value = items[0][2]
+            for item in items[1:]:
+                value = self._merge(self._message_of(field, where), value, item[2]) \
+                    if isinstance(value, dict) and isinstance(item[2], dict) else item[2]
+            out.append(proto.Option(items[0][1], value))
+        return [proto.Option(o.name, _value(o.value)) for o in out]
+
+    def _merge(self, container: tuple[proto.Message, list[str]] | None, old: dict[str, Any],
+               new: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(old)
+        for key, value in new.items():
+            if key not in merged:
+                merged[key] = value
+                continue
+            field = next((f for f in container[0].fields if f.name == key), None) if container else None
+            singular = field is not None and field.label != "repeated"
+            inner = self._message_of(field, container[1]) if singular and container else None
+            if singular and isinstance(merged[key], dict) and isinstance(value, dict) and inner is not None:
+                merged[key] = self._merge(inner, merged[key], value)
+            elif singular:
+                merged[key] = value
+            else:
+                gathered: list[Any] = []
+                for v in [*(merged[key] if isinstance(merged[key], list) else [merged[key]]),
+                          *(value if isinstance(value, list) else [value])]:
+                    if v not in gathered:
+                        gathered.append(v)
+                merged[key] = gathered
+        return merged
 
 
 class _Resolver:

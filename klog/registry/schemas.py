@@ -652,7 +652,8 @@ class Registry:
                 known.update(named_types(ref))
             return avro_normalized(text, known)
         parsed = self._parse(text, schema_type, references)
-        return proto.canonical_text(protobuf_normalized(parsed.schema.proto, parsed.descriptor))
+        return proto.canonical_text(protobuf_normalized(parsed.schema.proto, parsed.descriptor,
+                                                        parsed.schema.dependencies))
 
     def _request(self, subject: str, text: Any, schema_type: str, references: list[dict[str, Any]] | None,
                  normalize: bool) -> tuple[Any, Any, list[dict[str, Any]]]:

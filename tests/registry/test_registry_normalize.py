@@ -59,20 +59,21 @@ def test_avro_normalization_is_confluents_normalized_form():
     assert avro_normalized("not json") == "not json"  # left for parsing to refuse
 
 
-# Confluent's own normalization tests (AvroSchemaTest.testNormalization*): the very text its registry stores
+# shaped as Confluent's own normalization tests (AvroSchemaTest.testNormalization*), whose texts klog's output
+# matches byte for byte: the very text its registry stores
 CONFLUENT_CASES = [
-    ('{"type":"record","name":"myrecord","doc":"hi\\"there","fields":[{"type":"string","name":"f1","doc":"bye\\"now"}]}',
-     '{"type":"record","name":"myrecord","doc":"hi\\"there","fields":[{"name":"f1","type":"string","doc":"bye\\"now"}]}'),
-    ('{"connect.name": "some.scope.Envelope", "fields": [{"default": null, "name": "before", "type": ["null", '
-     '{"connect.name": "some.scope.Value", "fields": [{"name": "created_at", "type": {"connect.name": '
-     '"io.debezium.time.Timestamp", "connect.version": 1, "type": "long"}}, {"name": "normal_long", "type": "long"}], '
+    ('{"type":"record","name":"Shipment","doc":"say \\"hi\\"","fields":[{"type":"int","name":"n","doc":"a \\"n\\""}]}',
+     '{"type":"record","name":"Shipment","doc":"say \\"hi\\"","fields":[{"name":"n","type":"int","doc":"a \\"n\\""}]}'),
+    ('{"connect.name": "inv.orders.Envelope", "fields": [{"default": null, "name": "before", "type": ["null", '
+     '{"connect.name": "inv.orders.Value", "fields": [{"name": "placed", "type": {"connect.name": '
+     '"io.debezium.time.MicroTimestamp", "connect.version": 1, "type": "long"}}, {"name": "qty", "type": "int"}], '
      '"name": "Value", "type": "record"}]}, {"default": null, "name": "after", "type": ["null", "Value"]}], '
-     '"name": "Envelope", "namespace": "some.scope", "type": "record"}',
-     '{"type":"record","name":"Envelope","namespace":"some.scope","fields":[{"name":"before","type":["null",'
-     '{"type":"record","name":"Value","fields":[{"name":"created_at","type":{"type":"long","connect.name":'
-     '"io.debezium.time.Timestamp","connect.version":1}},{"name":"normal_long","type":"long"}],'
-     '"connect.name":"some.scope.Value"}],"default":null},{"name":"after","type":["null","Value"],"default":null}],'
-     '"connect.name":"some.scope.Envelope"}')]
+     '"name": "Envelope", "namespace": "inv.orders", "type": "record"}',
+     '{"type":"record","name":"Envelope","namespace":"inv.orders","fields":[{"name":"before","type":["null",'
+     '{"type":"record","name":"Value","fields":[{"name":"placed","type":{"type":"long","connect.name":'
+     '"io.debezium.time.MicroTimestamp","connect.version":1}},{"name":"qty","type":"int"}],'
+     '"connect.name":"inv.orders.Value"}],"default":null},{"name":"after","type":["null","Value"],"default":null}],'
+     '"connect.name":"inv.orders.Envelope"}')]
 
 
 @pytest.mark.parametrize(("text", "stored"), CONFLUENT_CASES)
@@ -265,3 +266,58 @@ def test_confluent_kafkas_protobuf_serializer_with_normalize_schemas_round_trips
     assert "repeated .shop.Order.Line lines = 3;" in stored and ".google.protobuf.Timestamp placed_at = 2;" in stored
     reader = protobuf.ProtobufDeserializer(order_class, {"use.deprecated.format": False}, client)
     assert reader(data, context) == order
+
+
+RULES = """syntax = "proto2";
+package inv;
+import "google/protobuf/descriptor.proto";
+message Range { optional double lo = 1; optional double hi = 2; }
+message Tag { optional string name = 1; }
+message Rules { optional Range range = 1; repeated Tag tags = 2; optional string note = 3; }
+extend google.protobuf.FieldOptions { optional Rules rules = 50001; repeated string labels = 50002; }
+extend google.protobuf.MessageOptions { optional int32 width = 50003; }
+message Item {
+  option (width) = 0x10;
+  optional string sku = 1 [(rules).range.hi = 10.0, (labels) = "b", (rules).tags.name = "x", (rules).range.lo = 1.50,
+                           (rules).tags.name = "y", (labels) = "a", (rules).note = "n", deprecated = true];
+}
+"""
+# the same options as one aggregate, full names, numbers written otherwise
+RULES_AGAIN = RULES.replace("option (width) = 0x10;", "option (.inv.width) = 16;").replace(
+    """[(rules).range.hi = 10.0, (labels) = "b", (rules).tags.name = "x", (rules).range.lo = 1.50,
+                           (rules).tags.name = "y", (labels) = "a", (rules).note = "n", deprecated = true]""",
+    """[deprecated = true, (inv.labels) = "b", (inv.labels) = "a",
+       (inv.rules) = {tags: [{name: "x"}, {name: "y"}], range: {lo: 1.5, hi: 10}, note: "n"}]""")
+
+
+def test_protobuf_custom_options_normalize_as_confluents(url):
+    """Custom options by their full names, `(opt).a.b = v` settings of one non-repeated option merged into one
+    aggregate (a repeated field's values gathered), options sorted by name, numbers in plain decimal."""
+    pytest.importorskip("google.protobuf")
+    assert register(url, "r-value", RULES, "PROTOBUF") == (200, {"id": 1})
+    assert register(url, "r-value", RULES_AGAIN, "PROTOBUF") == (200, {"id": 2})  # not normalized: another
+    assert register(url, "s-value", RULES, "PROTOBUF", "?normalize=true") == (200, {"id": 3})
+    assert register(url, "s-value", RULES_AGAIN, "PROTOBUF", "?normalize=true") == (200, {"id": 3})
+    stored = call(url, "GET", "/schemas/ids/3")[1]["schema"]
+    assert "  option (inv.width) = 16;\n" in stored
+    assert """  optional string sku = 1 [
+    deprecated = true,
+    (inv.labels) = "b",
+    (inv.labels) = "a",
+    (inv.rules) = {
+      note: "n",
+      range: {
+        hi: 10,
+        lo: 1.5
+      },
+      tags: [
+        {
+          name: "x"
+        },
+        {
+          name: "y"
+        }
+      ]
+    }
+  ];""" in stored
+    assert register(url, "s-value", stored, "PROTOBUF", "?normalize=true") == (200, {"id": 3})  # idempotent
