@@ -664,6 +664,7 @@ class Registry:
         references = self._pinned(references or [])
         importing = self.mode(subject) == "IMPORT"
         if (normalize or self.normalize(subject)) and not importing:
+            references = sorted(references, key=lambda r: (r["subject"], r["version"]))  # as Confluent's normalize()
             text = self._normalized(text, schema_type, references)
         return text, self._parse(text, schema_type, references, strict=not importing), references
 

@@ -321,3 +321,22 @@ def test_protobuf_custom_options_normalize_as_confluents(url):
     }
   ];""" in stored
     assert register(url, "s-value", stored, "PROTOBUF", "?normalize=true") == (200, {"id": 3})  # idempotent
+
+
+def test_normalization_sorts_references_by_subject_and_version(url):
+    """Two references in either order are one schema when normalized (Confluent's normalize() sorts them)."""
+    pytest.importorskip("jsonschema")
+    assert register(url, "a", json.dumps({"type": "string"}), "JSON") == (200, {"id": 1})
+    assert register(url, "b", json.dumps({"type": "integer"}), "JSON") == (200, {"id": 2})
+    doc = json.dumps({"type": "object", "properties": {"x": {"$ref": "a.json"}, "y": {"$ref": "b.json"}}})
+    to_a = {"name": "a.json", "subject": "a", "version": 1}
+    to_b = {"name": "b.json", "subject": "b", "version": 1}
+
+    def post(subject: str, references: list, query: str = "") -> tuple[int, object]:
+        return call(url, "POST", f"/subjects/{subject}/versions{query}",
+                    {"schemaType": "JSON", "schema": doc, "references": references})
+    assert post("c", [to_b, to_a]) == (200, {"id": 3})
+    assert post("c", [to_a, to_b]) == (200, {"id": 4})  # not normalized: another
+    assert post("d", [to_b, to_a], "?normalize=true") == (200, {"id": 5})
+    assert post("d", [to_a, to_b], "?normalize=true") == (200, {"id": 5})
+    assert call(url, "GET", "/subjects/d/versions/1")[1]["references"] == [to_a, to_b]
