@@ -250,17 +250,21 @@ _FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
 
 def _number(raw: proto.Raw) -> proto.Raw:
     """A number as Confluent's normalization writes it (Java's DecimalFormat: plain decimal, no exponent, no
-    trailing zeros, 0x10 as 16), where that loses nothing: DecimalFormat keeps 3 fraction digits, and a value
+    trailing zeros, 0x10 as 16, 010 as 8), where that loses nothing: DecimalFormat keeps 3 fraction digits, and a value
     with more is left as written rather than rounded."""
     text = str(raw)
     try:
         if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
             return proto.Raw(str(int(text, 16)))
+        if re.fullmatch(r"-?0[0-7]+", text):  # octal, as protobuf (and Java's createNumber) read it
+            return proto.Raw(str(int(text, 8)))
         if not _FLOAT.fullmatch(text) or re.fullmatch(r"-?(0|[1-9][0-9]*)", text):
             return raw
         value = decimal.Decimal(text)
+        if value and not -4 <= value.adjusted() <= 30:  # (1e999999999 written out would be a gigabyte)
+            return raw
         plain = format(value.normalize(), "f")
-        if "." in plain and len(plain.split(".")[1]) > 3 or len(plain) > 40:
+        if "." in plain and len(plain.split(".")[1]) > 3:
             return raw
         return proto.Raw("0" if plain in ("-0", "0") and not text.startswith("-") else plain)
     except (ValueError, decimal.InvalidOperation):

@@ -340,3 +340,13 @@ def test_normalization_sorts_references_by_subject_and_version(url):
     assert post("d", [to_b, to_a], "?normalize=true") == (200, {"id": 5})
     assert post("d", [to_a, to_b], "?normalize=true") == (200, {"id": 5})
     assert call(url, "GET", "/subjects/d/versions/1")[1]["references"] == [to_a, to_b]
+
+
+def test_protobuf_numbers_normalize_without_loss_or_blowing_up():
+    from klog.protocol.protobuf_schema import Raw
+    from klog.registry.normalize import _number
+
+    written = {"10.0": "10", "2.50": "2.5", "1e3": "1000", "1E-3": "0.001", "0x1F": "31", "010": "8", "-7": "-7",
+               "0.0001": "0.0001", "1.2345": "1.2345", "nan": "nan", "-inf": "-inf", "1e999999999": "1e999999999",
+               "TRUE_ENUM": "TRUE_ENUM"}
+    assert {text: _number(Raw(text)) for text in written} == written
