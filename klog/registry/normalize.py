@@ -338,6 +338,7 @@ class _Declared:
     def __init__(self, files: list[proto.ProtoFile]) -> None:
         self.messages: dict[str, tuple[proto.Message, list[str]]] = {}  # full name -> (message, its scope)
         self.extensions: dict[str, tuple[proto.Field, list[str]]] = {}  # full name -> (field, where declared)
+        self._by_name: dict[int, dict[str, proto.Field]] = {}  # a message's id -> its fields by name
         for file in files:
             package = file.package.split(".") if file.package else []
             self._declare(file.types, file.extends, package)
@@ -390,35 +391,51 @@ class _Declared:
             if field is None or field.label == "repeated":
                 out.extend(proto.Option(name, value) for _, name, value, _ in items)
                 continue
-            value = items[0][2]
+            value, seen = items[0][2], {}
             for item in items[1:]:
-                value = self._merge(self._message_of(field, where), value, item[2]) \
+                value = self._merge(self._message_of(field, where), value, item[2], seen) \
                     if isinstance(value, dict) and isinstance(item[2], dict) else item[2]
             out.append(proto.Option(items[0][1], value))
         return [proto.Option(o.name, _value(o.value)) for o in out]
 
-    def _merge(self, container: tuple[proto.Message, list[str]] | None, old: dict[str, Any],
-               new: dict[str, Any]) -> dict[str, Any]:
-        merged = dict(old)
+    def _merge(self, container: tuple[proto.Message, list[str]] | None, into: dict[str, Any], new: dict[str, Any],
+               seen: dict[int, set[str]]) -> dict[str, Any]:
+        """`new` merged into `into`, changed in place (the model is protobuf_normalized's copy): linear however
+        many settings are merged; `seen`: the values each gathered list holds, by the list's id."""
         for key, value in new.items():
-            if key not in merged:
-                merged[key] = value
+            if key not in into:
+                into[key] = value
                 continue
-            field = next((f for f in container[0].fields if f.name == key), None) if container else None
+            field = self._field_named(container[0], key) if container else None
             singular = field is not None and field.label != "repeated"
             inner = self._message_of(field, container[1]) if singular and container else None
-            if singular and isinstance(merged[key], dict) and isinstance(value, dict) and inner is not None:
-                merged[key] = self._merge(inner, merged[key], value)
+            if singular and isinstance(into[key], dict) and isinstance(value, dict) and inner is not None:
+                into[key] = self._merge(inner, into[key], value, seen)
             elif singular:
-                merged[key] = value
+                into[key] = value
             else:
-                gathered: list[Any] = []
-                for v in [*(merged[key] if isinstance(merged[key], list) else [merged[key]]),
-                          *(value if isinstance(value, list) else [value])]:
-                    if v not in gathered:
-                        gathered.append(v)
-                merged[key] = gathered
-        return merged
+                gathered = into[key]
+                if not isinstance(gathered, list) or id(gathered) not in seen:
+                    gathered, was = [], gathered
+                    seen[id(gathered)] = set()
+                    self._gather(gathered, was, seen)
+                    into[key] = gathered
+                self._gather(gathered, value, seen)
+        return into
+
+    def _field_named(self, message: proto.Message, name: str) -> proto.Field | None:
+        fields = self._by_name.get(id(message))
+        if fields is None:
+            fields = self._by_name[id(message)] = {f.name: f for f in message.fields}
+        return fields.get(name)
+
+    @staticmethod
+    def _gather(gathered: list[Any], value: Any, seen: dict[int, set[str]]) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            key = json.dumps(v, sort_keys=True, default=repr)
+            if key not in seen[id(gathered)]:
+                seen[id(gathered)].add(key)
+                gathered.append(v)
 
 
 class _Resolver:

@@ -350,3 +350,24 @@ def test_protobuf_numbers_normalize_without_loss_or_blowing_up():
                "0.0001": "0.0001", "1.2345": "1.2345", "nan": "nan", "-inf": "-inf", "1e999999999": "1e999999999",
                "TRUE_ENUM": "TRUE_ENUM"}
     assert {text: _number(Raw(text)) for text in written} == written
+
+
+def test_merging_many_option_settings_takes_linear_time():
+    """5,000 settings of one repeated sub-field (each gathered once) and 5,000 of one singular field: under a
+    second each (gathering re-checked the whole list at every setting: minutes)."""
+    pytest.importorskip("google.protobuf")
+    import time
+
+    from klog.protocol import protobuf_schema as proto
+    from klog.registry.normalize import protobuf_normalized
+    from klog.registry.schemas import parse_protobuf
+
+    head = RULES.split("message Item")[0]
+    for settings in (", ".join(f'(rules).tags.name = "x{i}"' for i in range(5000)),
+                     ", ".join(f'(rules).note = "n{i}"' for i in range(5000))):
+        parsed = parse_protobuf(head + f"message Item {{ optional string sku = 1 [{settings}]; }}", {})
+        started = time.monotonic()
+        text = proto.canonical_text(protobuf_normalized(parsed.schema.proto, parsed.descriptor,
+                                                        parsed.schema.dependencies))
+        assert time.monotonic() - started < 5
+        assert text.count("name:") in (5000, 0) and text.count("note:") in (1, 0)
