@@ -407,7 +407,7 @@ class Registry:
                  **({"normalize": v["normalize"]} if isinstance(v.get("normalize"), bool) else {})}
             if config:
                 self.configs[k.get("subject")] = config
-            elif v is None:
+            else:  # a tombstone, or a config of nothing klog keeps (only Confluent's alias, rules, ...): replaced
                 self.configs.pop(k.get("subject"), None)
         elif k.get("keytype") == "MODE":
             if isinstance(v, dict) and v.get("mode") in MODES:

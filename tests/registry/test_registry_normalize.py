@@ -371,3 +371,26 @@ def test_merging_many_option_settings_takes_linear_time():
                                                         parsed.schema.dependencies))
         assert time.monotonic() - started < 5
         assert text.count("name:") in (5000, 0) and text.count("note:") in (1, 0)
+
+
+@pytest.mark.slow
+def test_configs_confluents_registry_wrote_are_read_whole(data_dir):
+    """A CONFIG record replaces the one before it: Confluent's with only settings klog does not keep (an alias)
+    leaves the subject without level or normalize, and one with normalize is read."""
+    import klog
+
+    def key(subject: str | None) -> bytes:
+        return json.dumps({"keytype": "CONFIG", "subject": subject, "magic": 0}, separators=(",", ":")).encode()
+
+    with klog.open(data_dir) as s:
+        s.create_topic("_schemas", partitions=1, configs={"cleanup.policy": "compact"})
+        with s.producer() as p:
+            p.send("_schemas", b'{"compatibilityLevel": "NONE"}', key=key("a"))
+            p.send("_schemas", b'{"alias": "b"}', key=key("a"))
+            p.send("_schemas", b'{"compatibilityLevel": "FULL", "normalize": true, "validateFields": false}',
+                   key=key(None))
+    with serving(data_dir) as url:
+        assert call(url, "GET", "/config/a")[1]["error_code"] == 40408
+        assert call(url, "GET", "/config") == (200, {"compatibilityLevel": "FULL", "normalize": True})
+        assert register(url, "n-value", json.dumps(ORDER)) == (200, {"id": 1})
+        assert call(url, "GET", "/schemas/ids/1")[1]["schema"] == avro_normalized(json.dumps(ORDER))
