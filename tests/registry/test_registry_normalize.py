@@ -223,6 +223,9 @@ def test_confluent_kafkas_serializers_with_normalize_schemas_get_one_id(url):
     assert first[:5] == again[:5] == b"\x00\x00\x00\x00\x01"
     assert call(url, "GET", "/subjects/orders-value/versions") == (200, [1])
     assert AvroDeserializer(client)(first, context) == order
+    lookup = {"auto.register.schemas": False, "normalize.schemas": True}  # a lookup (POST /subjects/s?normalize)
+    assert AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(ORDER_AGAIN), conf=lookup)(
+        order, context)[:5] == b"\x00\x00\x00\x00\x01"
     pytest.importorskip("jsonschema")
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 
