@@ -5,7 +5,9 @@ Schema Registry keeps them, in the compacted topic `_schemas` (one partition):
   "schemaType":T,"references":[{"name":N,"subject":S2,"version":V2}],"schema":TEXT,"deleted":false}`
   (schemaType absent for AVRO, references when there are some; a soft delete writes it again with
   `"deleted":true`; a permanent one a tombstone);
-- `{"keytype":"CONFIG","subject":S|null,"magic":0}` -> `{"compatibilityLevel":LEVEL}` (null: the global one).
+- `{"keytype":"CONFIG","subject":S|null,"magic":0}` -> `{"compatibilityLevel":LEVEL,"normalize":BOOL}` (either may
+  be absent; null: the global one);
+- `{"keytype":"MODE","subject":S,"magic":0}` (no subject: the global one) -> `{"subject":S,"mode":MODE}`.
 
 Written and read through klog's client API, so the registry runs on a store directory or a cluster. The
 topic is read to its end at start; every change is written (acknowledged, durable) before it is answered,
@@ -29,9 +31,12 @@ from klog.protocol.avro_compat import named_types, read_problems
 from klog.protocol.avro_schema import HIDDEN_LOGICAL, without_logical_types
 from klog.protocol.json_schema import Document, SchemaProblem, check_references, with_references
 from klog.registry.compat import LEVELS, compatibility_problems
+from klog.registry.normalize import avro_normalized, json_normalized, protobuf_normalized
 
 TOPIC = "_schemas"
 DEFAULT_LEVEL = "BACKWARD"
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+DEFAULT_MODE = "READWRITE"
 TYPES = ("AVRO", "JSON", "PROTOBUF")  # what klog's registry parses, compares and registers
 MAX_REFERENCE_DEPTH = 16  # references of references: deeper is refused (a _schemas topic could loop them)
 _REQUEST = (None, None)  # a request's schema in a chain of references (outermost; no reference names it)
@@ -96,6 +101,21 @@ def schema_key(subject: str, version: int) -> bytes:
 
 def config_key(subject: str | None) -> bytes:
     return _compact({"keytype": "CONFIG", "subject": subject, "magic": 0})
+
+
+def mode_key(subject: str | None) -> bytes:
+    """As Confluent's ModeKey (its null subject left out)."""
+    return _compact({"keytype": "MODE", **({} if subject is None else {"subject": subject}), "magic": 0})
+
+
+def not_permitted(message: str) -> RegistryError:
+    """Confluent's OperationNotPermittedException: 42205."""
+    return RegistryError(422, 42205, message)
+
+
+def read_only(subject: str | None) -> RegistryError:
+    # Confluent's words: its default context is "" ("in context  is")
+    return not_permitted(f"Subject {'null' if subject is None else subject} in context  is in read-only mode")
 
 
 def record_of(v: Version, deleted: bool | None = None) -> dict[str, Any]:
@@ -334,7 +354,8 @@ class Registry:
         # again). Those parse and compare their schema without it (server.PARSE_FIRST).
         self.lock = threading.RLock()
         self.versions: dict[tuple[str, int], Version] = {}
-        self.configs: dict[str | None, str] = {}
+        self.configs: dict[str | None, dict[str, Any]] = {}  # subject (None: global) -> compatibilityLevel, normalize
+        self.modes: dict[str | None, str] = {}  # subject (None: global) -> its mode
         # a stored schema's (type, text, refs) -> parsed, its canonical() and how deep its references nest
         self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
@@ -381,10 +402,18 @@ class Registry:
             if was is not None and (where not in self.versions or _cache_key(self.versions[where]) != _cache_key(was)):
                 self._forget_referrers()
         elif k.get("keytype") == "CONFIG":
-            if isinstance(v, dict) and v.get("compatibilityLevel") in LEVELS:
-                self.configs[k.get("subject")] = v["compatibilityLevel"]
-            elif v is None:
+            config = {} if not isinstance(v, dict) else \
+                {**({"compatibilityLevel": v["compatibilityLevel"]} if v.get("compatibilityLevel") in LEVELS else {}),
+                 **({"normalize": v["normalize"]} if isinstance(v.get("normalize"), bool) else {})}
+            if config:
+                self.configs[k.get("subject")] = config
+            else:  # a tombstone, or a config of nothing klog keeps (only Confluent's alias, rules, ...): replaced
                 self.configs.pop(k.get("subject"), None)
+        elif k.get("keytype") == "MODE":
+            if isinstance(v, dict) and v.get("mode") in MODES:
+                self.modes[k.get("subject")] = v["mode"]
+            elif v is None:
+                self.modes.pop(k.get("subject"), None)
 
     def _forget_referrers(self) -> None:
         """A version gone (deleted for good) or rewritten: the parsed forms of schemas with references are
@@ -544,7 +573,43 @@ class Registry:
         return found[0]
 
     def level(self, subject: str | None) -> str:
-        return self.configs.get(subject) or self.configs.get(None) or DEFAULT_LEVEL
+        return self.configs.get(subject, {}).get("compatibilityLevel") or \
+            self.configs.get(None, {}).get("compatibilityLevel") or DEFAULT_LEVEL
+
+    def normalize(self, subject: str | None) -> bool:
+        """The `normalize` config in scope: the subject's, else the global one's (false when neither sets it)."""
+        for scope in (subject, None):
+            if "normalize" in self.configs.get(scope, {}):
+                return self.configs[scope]["normalize"]
+        return False
+
+    def config(self, subject: str | None, default_to_global: bool = False) -> dict[str, Any]:
+        """GET /config's answer: the subject's own config (the global one's when `subject` is None, with the
+        level in force), or merged over the global one (`default_to_global`)."""
+        own = dict(self.configs.get(subject, {}))
+        if subject is None or default_to_global:
+            own = {**self.configs.get(None, {}), **own, "compatibilityLevel": self.level(subject)}
+            if "normalize" in own:
+                own["normalize"] = self.normalize(subject)
+        return {k: own[k] for k in ("compatibilityLevel", "normalize") if k in own}
+
+    def mode(self, subject: str | None, in_scope: bool = True) -> str | None:
+        """The subject's mode; `in_scope`: else the global one, else READWRITE (the global one is READWRITE when
+        unset; a subject's own is None when unset). A global READONLY_OVERRIDE is every subject's, over its own,
+        as in Confluent's registries until 8.1 (its latest code, which deprecates the mode, reads it as READONLY
+        and lets a subject's own mode come first)."""
+        if self.modes.get(None) == "READONLY_OVERRIDE":
+            return "READONLY_OVERRIDE"
+        if subject in self.modes:
+            return self.modes[subject]
+        if subject is None or in_scope:
+            return self.modes.get(None, DEFAULT_MODE)
+        return None
+
+    def _writable(self, subject: str | None) -> None:
+        """Confluent's refusal of a write (a delete, a config change) in READONLY (or READONLY_OVERRIDE) mode."""
+        if self.mode(subject) in ("READONLY", "READONLY_OVERRIDE"):
+            raise read_only(subject)
 
     def _parse_stored(self, subject: str | None = None, schema_id: int | None = None) -> None:
         """The stored versions (of `subject`, with `schema_id`, or all) parsed before the lock is taken, so that
@@ -573,14 +638,41 @@ class Registry:
         return [{**ref, "version": latest.get(ref.get("subject"), -1)} if ref.get("version") == -1 else ref
                 for ref in references]
 
-    def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
-        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0])
+    def _parse(self, text: Any, schema_type: str, references: list[dict[str, Any]], strict: bool = True) -> Any:
+        return parse(text, schema_type, self._referenced(references, schema_type, (_REQUEST,))[0], strict)
+
+    def _normalized(self, text: Any, schema_type: str, references: list[dict[str, Any]]) -> Any:
+        """A request's schema text in Confluent's normalized form (klog.registry.normalize)."""
+        if schema_type == "JSON":
+            return json_normalized(text)
+        if schema_type == "AVRO":
+            referenced = self._referenced(references, schema_type, (_REQUEST,))[0]
+            known: set[str] = set()
+            for ref, _ in referenced.values():
+                known.update(named_types(ref))
+            return avro_normalized(text, known)
+        parsed = self._parse(text, schema_type, references)
+        return proto.canonical_text(protobuf_normalized(parsed.schema.proto, parsed.descriptor,
+                                                        parsed.schema.dependencies))
+
+    def _request(self, subject: str, text: Any, schema_type: str, references: list[dict[str, Any]] | None,
+                 normalize: bool) -> tuple[Any, Any, list[dict[str, Any]]]:
+        """A request's schema text (normalized with `normalize`, or the `normalize` config in scope), parsed, and
+        its references pinned. In IMPORT mode the text is neither normalized nor held to what protoc refuses
+        past the grammar: it is what the source registry took, as Confluent's maybeValidateAndNormalizeSchema
+        skips both for an import."""
+        references = self._pinned(references or [])
+        importing = self.mode(subject) == "IMPORT"
+        if (normalize or self.normalize(subject)) and not importing:
+            references = sorted(references, key=lambda r: (r["subject"], r["version"]))  # as Confluent's normalize()
+            text = self._normalized(text, schema_type, references)
+        return text, self._parse(text, schema_type, references, strict=not importing), references
 
     @_two_at_once
     def lookup(self, subject: str, text: Any, deleted: bool = False, schema_type: str = "AVRO",
-               references: list[dict[str, Any]] | None = None) -> Version:
-        references = self._pinned(references or [])
-        key = canonical(self._parse(text, schema_type, references), schema_type, references)
+               references: list[dict[str, Any]] | None = None, normalize: bool = False) -> Version:
+        _, parsed, references = self._request(subject, text, schema_type, references, normalize)
+        key = canonical(parsed, schema_type, references)
         self._parse_stored(subject)
         with self.lock:
             found = self.live(subject, deleted)
@@ -591,10 +683,10 @@ class Registry:
 
     @_two_at_once
     def check(self, subject: str, text: Any, version: str | None, schema_type: str = "AVRO",
-              references: list[dict[str, Any]] | None = None) -> list[str]:
+              references: list[dict[str, Any]] | None = None, normalize: bool = False) -> list[str]:
         """Why `text` may not be registered under `subject` (against one version, or as the subject's level
         says when `version` is None or latest); compared outside the lock (stored versions do not change)."""
-        parsed = self._parse(text, schema_type, self._pinned(references or []))
+        parsed = self._request(subject, text, schema_type, references, normalize)[1]
         with self.lock:
             found = self.live(subject)
             level = self.level(subject)
@@ -629,48 +721,76 @@ class Registry:
     # -- writing --------------------------------------------------------------------------------------
     @_two_at_once
     def register(self, subject: str, text: Any, schema_type: str = "AVRO",
-                 references: list[dict[str, Any]] | None = None) -> int:
+                 references: list[dict[str, Any]] | None = None, normalize: bool = False,
+                 schema_id: int | None = None, version: int | None = None) -> int:
         """The schema's id under `subject`: the version that has it already, or a new version (409 when
         the subject's compatibility level refuses it). A schema (its type and text) has one id in every
         subject. The comparison runs without the lock (seconds, for a hostile schema), against the subject
-        as it was; the version is written only if the subject and its level are still so, else it is
-        judged again (the last time under the lock). A Protobuf schema is stored as its canonical text."""
-        references = self._pinned(references or [])
-        parsed = self._parse(text, schema_type, references)
+        as it was; the version is written only if the subject, its level and mode are still so, else it is
+        judged again (the last time under the lock). A Protobuf schema is stored as its canonical text.
+        The subject's mode (Confluent's checkRegisterMode): READONLY refuses a new version (42205), IMPORT takes
+        one only with its `schema_id` (and keeps `version` when given), and compares with no earlier version;
+        a `schema_id` is refused out of IMPORT. A schema the subject has already is answered in every mode."""
+        text, parsed, references = self._request(subject, text, schema_type, references, normalize)
         key = canonical(parsed, schema_type, references)
         if schema_type == "PROTOBUF":
             text = parsed.text
         self._parse_stored()  # its id is the one any subject's version of this schema has
-        version = Version(subject, 0, 0, text, schema_type=schema_type, references=references)
+        new = Version(subject, version or 0, 0, text, schema_type=schema_type, references=references)
         for _ in range(2):
             with self.lock:
-                live, level, found = self._existing(subject, key)
+                live, level, mode, found = self._existing(subject, key, schema_id, version)
                 if found is not None:
                     return found
-            problems = self._problems(level, parsed, live, schema_type)
+            problems = [] if mode == "IMPORT" else self._problems(level, parsed, live, schema_type)
             with self.lock:
-                if self._of(subject) == live and self.level(subject) == level:
-                    return self._register(version, key, problems)
+                if self._of(subject) == live and self.level(subject) == level and self.mode(subject) == mode:
+                    return self._register(new, key, problems, mode, schema_id)
         with self.lock:  # changed under two comparisons: the last one holds the lock
-            live, level, found = self._existing(subject, key)
+            live, level, mode, found = self._existing(subject, key, schema_id, version)
             if found is not None:
                 return found
-            return self._register(version, key, self._problems(level, parsed, live, schema_type))
+            problems = [] if mode == "IMPORT" else self._problems(level, parsed, live, schema_type)
+            return self._register(new, key, problems, mode, schema_id)
 
-    def _existing(self, subject: str, key: str) -> tuple[list[Version], str, int | None]:
-        """The subject's live versions, its level, and the id of the one with the schema `key` (or None)."""
+    def _existing(self, subject: str, key: str, schema_id: int | None = None,
+                  version: int | None = None) -> tuple[list[Version], str, str, int | None]:
+        """The subject's live versions, its level, its mode, and the id of the one with the schema `key` (None
+        when there is none, or when the request's id or version names another: an import of it)."""
         live = self._of(subject)
-        return live, self.level(subject), next((v.id for v in live if self.canonical_of(v) == key), None)
+        found = next((v.id for v in live if self.canonical_of(v) == key and (
+            (schema_id is None and version is None) or
+            (schema_id == v.id and version in (None, v.version)))), None)
+        if found is not None:
+            return live, self.level(subject), self.mode(subject), found
+        mode = self.mode(subject)
+        if mode in ("READONLY", "READONLY_OVERRIDE"):
+            raise read_only(subject)
+        if schema_id is not None and mode != "IMPORT":
+            raise not_permitted(f"Subject {subject} in context  is not in import mode")
+        if schema_id is None and mode != "READWRITE":
+            raise not_permitted(f"Subject {subject} in context  is not in read-write mode")
+        return live, self.level(subject), mode, None
 
-    def _register(self, new: Version, key: str, problems: list[str]) -> int:
+    def _register(self, new: Version, key: str, problems: list[str], mode: str = DEFAULT_MODE,
+                  schema_id: int | None = None) -> int:
         """`new` as the next version of its subject (the lock held), or 409 with the problems the comparison
-        found."""
+        found. In IMPORT mode its id and version are the request's (an id another schema has is refused)."""
         if problems:
             raise RegistryError(409, 409, f"Schema being registered is incompatible with an earlier schema for "
                                 f"subject \"{new.subject}\", details: {problems}")
-        new.id = self._id_of(key)
+        if schema_id is not None:
+            if any(v.id == schema_id and self.canonical_of(v) != key for v in self.versions.values()):
+                raise not_permitted(f"Overwrite new schema with id {schema_id} in context  is not permitted.")
+            new.id = schema_id
+        else:
+            new.id = self._id_of(key)
         everything = self._of(new.subject, deleted=True)
-        new.version = everything[-1].version + 1 if everything else 1
+        next_version = everything[-1].version + 1 if everything else 1
+        if not new.version:
+            new.version = next_version
+        elif new.version != next_version and mode != "IMPORT":
+            raise RegistryError(422, 42201, "Invalid schema: Version is not one more than previous version")
         self._write_version(new)
         return new.id
 
@@ -682,6 +802,7 @@ class Registry:
 
     def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         with self.lock:
+            self._writable(subject)
             everything = self._of(subject, deleted=True)
             if not everything:
                 raise subject_not_found(subject)
@@ -691,7 +812,8 @@ class Registry:
                 if live:
                     raise RegistryError(404, 40405, f"Subject '{subject}' was not deleted first before being "
                                         "deleted permanently")
-                self._write([(schema_key(v.subject, v.version), None) for v in everything])
+                self._write([(schema_key(v.subject, v.version), None) for v in everything]
+                            + self._settings_gone(subject))
                 return [v.version for v in everything]
             if not live:
                 raise RegistryError(404, 40404, f"Subject '{subject}' was soft deleted.Set permanent=true to "
@@ -701,6 +823,7 @@ class Registry:
 
     def delete_version(self, subject: str, version: str, permanent: bool) -> int:
         with self.lock:
+            self._writable(subject)
             gone = self.versions.get((subject, parse_version(version)))
             if not permanent and gone is not None and gone.deleted:
                 raise RegistryError(404, 40406, f"Subject '{subject}' Version {gone.version} was soft deleted. "
@@ -711,23 +834,69 @@ class Registry:
                 if not v.deleted:
                     raise RegistryError(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted first "
                                         "before being permanently deleted")
-                self._write([(schema_key(subject, v.version), None)])
+                last = [w for w in self._of(subject, deleted=True) if w.version != v.version] == []
+                self._write([(schema_key(subject, v.version), None)] + (self._settings_gone(subject) if last else []))
             else:
                 self._write([(schema_key(subject, v.version), record_of(v, deleted=True))])
             return v.version
 
-    def set_level(self, subject: str | None, level: Any) -> str:
-        if not isinstance(level, str) or level.upper() not in LEVELS:
+    def _settings_gone(self, subject: str) -> list[tuple[bytes, Any]]:
+        """A subject's mode and config, removed with its last version (as Confluent's permanent deletes do)."""
+        return [(key, None) for key, there in ((mode_key(subject), subject in self.modes),
+                                               (config_key(subject), subject in self.configs)) if there]
+
+    def set_config(self, subject: str | None, level: Any, normalize: Any = None) -> dict[str, Any]:
+        """PUT /config: the level and/or `normalize` set (what the request leaves out stays as it was), as
+        Confluent answers it ({"compatibility", "normalize"})."""
+        if (level is not None or normalize is None) and (not isinstance(level, str) or level.upper() not in LEVELS):
             raise RegistryError(422, 42203, "Invalid compatibility level. Valid values are none, backward, forward, "
                                 "full, backward_transitive, forward_transitive, and full_transitive")
+        if normalize is not None and not isinstance(normalize, bool):
+            raise RegistryError(422, 42203, f"Invalid config: normalize is true or false, not {json.dumps(normalize)}")
         with self.lock:
-            self._write([(config_key(subject), {"compatibilityLevel": level.upper()})])
-        return level.upper()
+            self._writable(subject)
+            config = dict(self.configs.get(subject, {}))
+            if level is not None:
+                config["compatibilityLevel"] = level.upper()
+            if normalize is not None:
+                config["normalize"] = normalize
+            self._write([(config_key(subject), config)])
+        return {("compatibility" if k == "compatibilityLevel" else k): v for k, v in config.items()}
 
     def delete_level(self, subject: str | None) -> str:
         with self.lock:
+            self._writable(subject)
             was = self.level(subject)
             self._write([(config_key(subject), None)])
+            return was
+
+    def set_mode(self, subject: str | None, mode: Any, force: bool = False) -> None:
+        """PUT /mode: a subject's mode (None: the global one); a null mode removes it. IMPORT on a subject (or the
+        registry) with live versions is refused unless `force`; without them, its soft-deleted versions are deleted
+        for good first (as Confluent's setMode: an import brings its own ids and versions)."""
+        if mode is not None and (not isinstance(mode, str) or mode.upper() not in MODES):
+            raise RegistryError(422, 42204, "Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE "
+                                "and IMPORT.")
+        mode = None if mode is None else mode.upper()
+        with self.lock:
+            doomed: list[Version] = []
+            if mode == "IMPORT" and self.mode(subject) != "IMPORT" and not force:
+                mine = [v for v in self.versions.values() if subject is None or v.subject == subject]
+                if any(not v.deleted for v in mine):
+                    raise not_permitted("Cannot import since found existing subjects")
+                doomed = sorted(mine, key=lambda v: (v.subject, -v.version))
+                self._refuse_if_referenced(doomed, permanent=True)
+            self._write([*((schema_key(v.subject, v.version), None) for v in doomed),
+                         (mode_key(subject), None if mode is None else
+                          {**({} if subject is None else {"subject": subject}), "mode": mode})])
+
+    def delete_mode(self, subject: str | None) -> str:
+        """DELETE /mode: the mode removed (40401 for a subject without one); the mode it was."""
+        with self.lock:
+            was = self.mode(subject, in_scope=False)
+            if was is None:
+                raise subject_not_found(subject or "")
+            self._write([(mode_key(subject), None)])
             return was
 
 

@@ -7,7 +7,8 @@ GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /
 GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,
 GET /subjects/{s}/versions/{v}/referencedby, GET /schemas/ids/{id}[/schema|/subjects|/versions]
 (`?format=serialized`: a Protobuf schema as its base64 FileDescriptorProto), GET /schemas/types, GET|PUT /config,
-GET|PUT|DELETE /config/{s}, POST /compatibility/subjects/{s}/versions[/{v}].
+GET|PUT|DELETE /config/{s}, GET|PUT|DELETE /mode[/{s}], POST /compatibility/subjects/{s}/versions[/{v}];
+`normalize=true` (or the `normalize` config) on a register, lookup or compatibility request.
 Errors answer {"error_code": N, "message": ...} with Confluent's codes; a bad request is one log line.
 """
 
@@ -45,8 +46,7 @@ def _schema_id(text: str) -> int:
 
 def _schema_of(body: Any, query: dict[str, list[str]]) -> tuple[Any, str, list[dict[str, Any]]]:
     """The schema, its type (schemaType, AVRO when absent) and references of a register, lookup or
-    compatibility body. With normalize=true a JSON schema is Confluent's normalized form: its keys sorted,
-    no whitespace (registered so, and so looked up)."""
+    compatibility body (normalize=true is the registry's: klog.registry.normalize)."""
     if not isinstance(body, dict):
         raise RegistryError(422, 42201, "Empty schema")
     kind = body.get("schemaType") or "AVRO"
@@ -54,13 +54,19 @@ def _schema_of(body: Any, query: dict[str, list[str]]) -> tuple[Any, str, list[d
         raise RegistryError(422, 42201, f"Invalid schema type {kind!s:.40}: klog's registry supports "
                             "AVRO, JSON and PROTOBUF")
     references = request_references(body.get("references"))
-    text = body.get("schema")
-    if kind == "JSON" and _flag(query, "normalize") and isinstance(text, str):
-        try:
-            text = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except (ValueError, RecursionError):
-            pass  # not JSON: parsing it says so (42201)
-    return text, kind, references
+    return body.get("schema"), kind, references
+
+
+def _import_of(body: Any) -> tuple[int | None, int | None]:
+    """A register body's `id` and `version` (an import's, IMPORT mode); absent, null, or below 1 / 0: none."""
+    out = []
+    for name in ("id", "version"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value > 2**31 - 1):
+            raise RegistryError(422, 42201 if name == "id" else 42202,
+                                f"Invalid schema: {name} is a whole number, not {json.dumps(value)[:40]}")
+        out.append(value if value is not None and value >= (0 if name == "id" else 1) else None)
+    return out[0], out[1]
 
 
 def _answer(r: Registry, v: Version, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -80,7 +86,8 @@ def _subject(method: str) -> Route:
             return r.delete_subject(subject, _flag(query, "permanent"))
         if method == "POST":
             text, kind, references = _schema_of(body, query)
-            return r.lookup(subject, text, _flag(query, "deleted"), kind, references).answer()
+            return r.lookup(subject, text, _flag(query, "deleted"), kind, references,
+                            _flag(query, "normalize")).answer()
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]  # GET /subjects/{s}: its versions
     return route
 
@@ -89,7 +96,9 @@ def _versions(method: str) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         subject = path[1]
         if method == "POST":
-            return {"id": r.register(subject, *_schema_of(body, query))}
+            schema_id, version = _import_of(body) if isinstance(body, dict) else (None, None)
+            return {"id": r.register(subject, *_schema_of(body, query), _flag(query, "normalize"), schema_id,
+                                     version)}
         return [v.version for v in r.live(subject, _flag(query, "deleted"))]
     return route
 
@@ -140,8 +149,8 @@ def _config(method: str) -> Route:
     def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
         subject = path[1] if len(path) > 1 else None
         if method == "PUT":
-            level = body.get("compatibility") if isinstance(body, dict) else None
-            return {"compatibility": r.set_level(subject, level)}
+            body = body if isinstance(body, dict) else {}
+            return r.set_config(subject, body.get("compatibility"), body.get("normalize"))
         if method == "DELETE":
             if subject is not None and subject not in r.subjects(deleted=True):
                 raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
@@ -149,14 +158,30 @@ def _config(method: str) -> Route:
         if subject is not None and subject not in r.configs and not _flag(query, "defaultToGlobal"):
             raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility "
                                 "configured")
-        return {"compatibilityLevel": r.level(subject)}
+        return r.config(subject, _flag(query, "defaultToGlobal"))
+    return route
+
+
+def _mode(method: str) -> Route:
+    def route(r: Registry, path: list[str], query: dict, body: Any) -> Any:
+        subject = path[1] if len(path) > 1 else None
+        if method == "PUT":
+            mode = body.get("mode") if isinstance(body, dict) else "?"
+            r.set_mode(subject, mode, _flag(query, "force"))
+            return {"mode": mode}  # Confluent echoes the request
+        if method == "DELETE":
+            return {"mode": r.delete_mode(subject)}
+        mode = r.mode(subject, in_scope=_flag(query, "defaultToGlobal"))
+        if mode is None:
+            raise RegistryError(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
+        return {"mode": mode}
     return route
 
 
 def _compatibility(r: Registry, path: list[str], query: dict, body: Any) -> Any:
     version = path[4] if len(path) > 4 else None
     text, kind, references = _schema_of(body, query)
-    problems = r.check(path[2], text, version, kind, references)
+    problems = r.check(path[2], text, version, kind, references, _flag(query, "normalize"))
     out: dict[str, Any] = {"is_compatible": not problems}
     if _flag(query, "verbose"):
         out["messages"] = problems
@@ -190,6 +215,12 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("config/{}", "GET"): _config("GET"),
     ("config/{}", "PUT"): _config("PUT"),
     ("config/{}", "DELETE"): _config("DELETE"),
+    ("mode", "GET"): _mode("GET"),
+    ("mode", "PUT"): _mode("PUT"),
+    ("mode", "DELETE"): _mode("DELETE"),
+    ("mode/{}", "GET"): _mode("GET"),
+    ("mode/{}", "PUT"): _mode("PUT"),
+    ("mode/{}", "DELETE"): _mode("DELETE"),
     ("compatibility/subjects/{}/versions", "POST"): _compatibility,
     ("compatibility/subjects/{}/versions/{}", "POST"): _compatibility,
 }

@@ -23,7 +23,8 @@ PATHS = ["/subjects", "/subjects/s", "/subjects/s/versions", "/subjects/s/versio
          "/subjects/" + "a" * 5000, "/schemas/ids/-1", "/schemas/ids/99999999999", "/subjects/s/versions/1e3",
          "/subjects/s/versions/%20", "/../../etc/passwd", "//", "/subjects/s/versions/1/schema/extra", "/?x=1&&&",
          "/subjects/s/versions/1/referencedby", "/schemas/ids/1?format=serialized",
-         "/subjects/s/versions/latest?format=serialized"]
+         "/subjects/s/versions/latest?format=serialized", "/mode", "/mode/s", "/mode/s?force=true",
+         "/mode?defaultToGlobal=true", "/subjects/s/versions?normalize=true", "/config/s?defaultToGlobal=true"]
 BODIES = [b"", b"{", b"null", b"[]", b"{}", b'{"schema": 5}', b'{"schema": ""}', b'{"schema": "{}"}',
           b'{"schema": "\\"string\\"", "schemaType": "JSON"}', b'{"schema": "\\"int\\"", "references": [{"a": 1}]}',
           b'{"compatibility": 7}', b'{"compatibility": "full"}', b"\xff\xfe\x00", b"[" * 50_000 + b"]" * 50_000,
@@ -37,7 +38,10 @@ BODIES = [b"", b"{", b"null", b"[]", b"{}", b'{"schema": 5}', b'{"schema": ""}',
           json.dumps({"schemaType": "PROTOBUF", "schema": "////", "references": [{"name": "x", "subject": "s",
                                                                                   "version": 1}]}).encode(),
           json.dumps({"schemaType": "PROTOBUF", "schema": 'import "x.proto"; message M { X a = 1; }',
-                      "references": [{"name": "x.proto", "subject": "s", "version": 1}]}).encode()]
+                      "references": [{"name": "x.proto", "subject": "s", "version": 1}]}).encode(),
+          b'{"mode": "IMPORT"}', b'{"mode": "READONLY"}', b'{"mode": "READWRITE"}', b'{"mode": 5}', b'{"mode": null}',
+          b'{"normalize": "x"}', b'{"normalize": true}', b'{"schema": "\\"int\\"", "id": -5, "version": 99999999999}',
+          b'{"schema": "\\"int\\"", "id": 1e400}', b'{"schema": "\\"long\\"", "id": 3, "version": 1}']
 METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "BREW", "G\x00T"]
 
 
