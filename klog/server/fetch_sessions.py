@@ -375,8 +375,12 @@ class Context:
                         parts[key] = parts.pop(key)
                 elif a.range is not None:
                     a.range.close()
-            if kept:
-                answered += len(kept)
+            if not kept:
+                continue
+            answered += len(kept)
+            if out and out[-1].name == answer.name and out[-1].topic_id == answer.topic_id:
+                out[-1].partitions.extend(kept)  # (Kafka's answer groups consecutive partitions of a topic)
+            else:
                 answer.partitions = kept
                 out.append(answer)
         cache.stats["answered"] += answered
