@@ -452,6 +452,27 @@ def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) 
     return out, start_budget - budget, errors
 
 
+# Kafka's "erroneous" partitions (KafkaApis.handleFetchRequest): set aside before the read, they do
+# not answer a Fetch at once while it has other partitions to wait for
+REFUSALS = frozenset((E.topic_authorization_failed, E.unknown_topic_or_partition, E.unknown_topic_id))
+
+
+def _at_once(answers: list[TopicAnswer]) -> bool:
+    """Whether the errors among `answers` answer the Fetch now: an error of its read (Kafka's
+    ReplicaManager answers at once: offset out of range, fenced epoch, storage), or nothing but
+    refusals (no partition to wait for). A partition refused (not authorized, unknown topic, id or
+    partition) beside others that may get records does not: else a consumer whose session (or
+    request) holds one asks again at once, forever, where Kafka's Fetch waits max_wait_ms."""
+    waits = False
+    for t in answers:
+        for p in t.partitions:
+            if not p.error:
+                waits = True
+            elif p.error not in REFUSALS:
+                return True
+    return not waits
+
+
 def _clear(answers: list[TopicAnswer]) -> None:
     """The answers without their byte ranges (closed): what stays true of a partition with no data."""
     for t in answers:
@@ -485,11 +506,13 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if collected is None:
             collected = await ctx.run_blocking(_collect, ctx, wanted)
         answers, total, errors = collected
-        if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
+        if total >= min_bytes or (errors and _at_once(answers)) or deadline <= time.monotonic() or ctx.server.stopping:
             break
         _close(answers)
-        # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
-        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
+        # until one of these partitions' high watermark moves (the full answer is rebuilt only then;
+        # a refused partition has none to watch)
+        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions
+                 if t.name and not p.error}
         moved = await ctx.server.watcher.wait(marks, deadline - time.monotonic())
         if not moved and total == 0 and not ctx.server.stopping:
             # max_wait passed and nothing moved (as of the watcher's last poll): the empty answer

@@ -116,3 +116,43 @@ def test_unknown_topic_ids_in_a_session_make_one_listing_of_topics_per_fetch(kaf
         assert {k: v[0] for k, v in answer.items() if k != (real, 0)} == {(i, 0): 100 for i in unknown}
         assert answer[(real, 0)][:2] == (0, 1) and answer[(real, 0)][2] > 0
         assert len(listed) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epoch", [-1, 0], ids=["sessionless", "session"])
+def test_a_refused_partition_does_not_cut_the_long_poll_of_the_others(kafka_server, store, epoch):
+    """As in Kafka (KafkaApis' "erroneous" partitions): a partition of a topic that does not exist
+    (deleted under a consumer's assignment) or may not be read is answered its error, but the Fetch
+    still waits max_wait_ms for its other partitions; before, it was answered at once, so a consumer
+    whose session held such a partition asked again at once, forever (a busy loop on both sides)."""
+    import threading
+    import time
+
+    store.create_topic("live", partitions=1)
+    with RawClient(kafka_server.port) as client, RawClient(kafka_server.port) as writer:
+        parts = {("live", 0): 0, ("gone", 0): 0}
+        first = _fetch(client, 0, epoch, parts)
+        assert _answered(first)[("gone", 0)][0] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        sid = first.session_id
+        assert bool(sid) == (epoch == 0)
+        started = time.monotonic()
+        answer = _fetch(client, sid, 1, max_wait_ms=400) if sid else _fetch(client, 0, -1, parts, max_wait_ms=400)
+        assert time.monotonic() - started >= 0.35  # waited (was: ~0.01 s)
+        assert _answered(answer) == ({("gone", 0): (3, -1, 0)} if sid else
+                                     {("gone", 0): (3, -1, 0), ("live", 0): (0, 0, 0)})
+        # a record on the live partition ends the wait
+        timer = threading.Timer(0.3, lambda: produce(writer, "live", 0, batch([b"late"])))
+        timer.start()
+        try:
+            started = time.monotonic()
+            answer = _fetch(client, sid, 2, max_wait_ms=10_000) if sid else _fetch(client, 0, -1, parts,
+                                                                                    max_wait_ms=10_000)
+            waited = time.monotonic() - started
+        finally:
+            timer.join(10)
+        assert 0.2 < waited < 5
+        assert _answered(answer)[("live", 0)][:2] == (0, 1) and _answered(answer)[("live", 0)][2] > 0
+        # only refused partitions: nothing to wait for, answered at once
+        started = time.monotonic()
+        assert _answered(_fetch(client, 0, -1, {("gone", 0): 0}, max_wait_ms=5_000)) == {("gone", 0): (3, -1, 0)}
+        assert time.monotonic() - started < 2
