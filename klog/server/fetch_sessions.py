@@ -367,6 +367,9 @@ class Context:
             topic = t.topic_id if session.by_ids else t.topic
             kept = []
             for cached, a in zip(t.partitions, answer.partitions, strict=True):
+                if (a.data is None and a.range is None and a.converted is None and not a.error
+                        and cached.high_watermark == a.high_watermark and cached.local_log_start == a.log_start_offset):
+                    continue  # (the usual: nothing new; must_respond's answer without its call, ~2x faster)
                 size = a.size
                 if cached.must_respond(a, size):
                     kept.append(a)

@@ -6,6 +6,7 @@ connections racing on one session."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -156,3 +157,42 @@ def test_a_refused_partition_does_not_cut_the_long_poll_of_the_others(kafka_serv
         started = time.monotonic()
         assert _answered(_fetch(client, 0, -1, {("gone", 0): 0}, max_wait_ms=5_000)) == {("gone", 0): (3, -1, 0)}
         assert time.monotonic() - started < 2
+
+
+@pytest.mark.slow
+def test_two_connections_racing_on_one_session_as_kafka_answers_them(kafka_server, store):
+    """A Fetch of a session long-polls on one connection while the next epoch's comes on another (a
+    client that gave up waiting): the second is the session's (its epoch is next once the first was
+    taken), the first is answered INVALID_FETCH_SESSION_EPOCH with the session's id when its wait
+    ends (Kafka's IncrementalFetchContext: "possible duplicate request"), and the session goes on."""
+    import threading
+
+    store.create_topic("race", partitions=2)
+    with RawClient(kafka_server.port) as first, RawClient(kafka_server.port) as second:
+        sid = _fetch(first, 0, 0, {("race", 0): 0, ("race", 1): 0}).session_id
+        waited: list = []
+        poll = threading.Thread(target=lambda: waited.append(_fetch(first, sid, 1, max_wait_ms=1_500)))
+        poll.start()
+        try:
+            deadline = time.monotonic() + 5
+            while fetch_sessions.cache_of(kafka_server).get(sid).epoch != 2 and time.monotonic() < deadline:
+                time.sleep(0.01)  # (the long poll took epoch 1)
+            assert produce(second, "race", 1, batch([b"r"]))[0] == 0
+            mine = _fetch(second, sid, 2)
+        finally:
+            poll.join(10)
+        assert (mine.error_code, mine.session_id, set(_answered(mine))) == (0, sid, {("race", 1)})
+        (late,) = waited
+        assert (late.error_code, late.session_id, _answered(late)) == (71, sid, {})
+        after = _fetch(first, sid, 3, {("race", 1): 1})
+        assert (after.error_code, after.session_id, _answered(after)) == (0, sid, {})
+
+
+def test_the_epoch_wraps_from_int32_max_to_1(kafka_server, store):
+    store.create_topic("wrap", partitions=1)
+    with RawClient(kafka_server.port) as client:
+        sid = _fetch(client, 0, 0, {("wrap", 0): 0}).session_id
+        fetch_sessions.cache_of(kafka_server).get(sid).epoch = 2**31 - 1
+        assert _fetch(client, sid, 2**31 - 1).error_code == 0
+        assert _fetch(client, sid, 0 + 1).error_code == 0  # (Kafka's nextEpoch: never 0 nor negative)
+        assert _fetch(client, sid, 2).error_code == 0
