@@ -196,3 +196,41 @@ def test_the_epoch_wraps_from_int32_max_to_1(kafka_server, store):
         assert _fetch(client, sid, 2**31 - 1).error_code == 0
         assert _fetch(client, sid, 0 + 1).error_code == 0  # (Kafka's nextEpoch: never 0 nor negative)
         assert _fetch(client, sid, 2).error_code == 0
+
+
+@pytest.mark.slow
+def test_an_incremental_long_poll_wakes_for_another_process_append_and_min_bytes_counts_the_answer(kafka_server,
+                                                                                                   store):
+    """Records appended by another writer of the store (not through the server: its watcher's poll
+    sees them) wake an incremental Fetch that names no partition; min_bytes is counted on what the
+    answer carries: a record smaller than min_bytes does not end the wait before max_wait_ms."""
+    import threading
+
+    store.create_topic("other", partitions=3)
+    with RawClient(kafka_server.port) as client:
+        sid = _fetch(client, 0, 0, {("other", p): 0 for p in range(3)}).session_id
+
+        def append() -> None:
+            with store.producer() as producer:
+                producer.send("other", value=b"from elsewhere", partition=2)
+
+        timer = threading.Timer(0.3, append)
+        timer.start()
+        try:
+            started = time.monotonic()
+            answer = _fetch(client, sid, 1, max_wait_ms=10_000)
+            waited = time.monotonic() - started
+        finally:
+            timer.join(10)
+        assert 0.2 < waited < 5 and set(_answered(answer)) == {("other", 2)}
+        assert _answered(answer)[("other", 2)][2] > 0
+        timer = threading.Timer(0.2, append)
+        timer.start()
+        try:
+            started = time.monotonic()
+            answer = _fetch(client, sid, 2, {("other", 2): 0}, max_wait_ms=1_000, min_bytes=1 << 20)
+            waited = time.monotonic() - started
+        finally:
+            timer.join(10)
+        assert waited >= 0.9  # the whole max_wait: the record is less than min_bytes
+        assert set(_answered(answer)) == {("other", 2)} and _answered(answer)[("other", 2)][1] == 2
