@@ -500,13 +500,14 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     wanted = request if context is None else context.request  # (an incremental fetch: the session's partitions)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
-    min_bytes = max(1, int(request.min_bytes))
+    min_bytes = int(request.min_bytes)  # (0: "does not require any data", answered at once as in Kafka)
     while True:
         collected = _collect_inline(ctx, wanted)
         if collected is None:
             collected = await ctx.run_blocking(_collect, ctx, wanted)
         answers, total, errors = collected
-        if total >= min_bytes or (errors and _at_once(answers)) or deadline <= time.monotonic() or ctx.server.stopping:
+        if (total >= min_bytes or (errors and _at_once(answers)) or deadline <= time.monotonic()
+                or ctx.server.stopping or not any(t.partitions for t in answers)):  # (nothing to wait for)
             break
         _close(answers)
         # until one of these partitions' high watermark moves (the full answer is rebuilt only then;

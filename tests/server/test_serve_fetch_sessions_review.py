@@ -234,3 +234,22 @@ def test_an_incremental_long_poll_wakes_for_another_process_append_and_min_bytes
             timer.join(10)
         assert waited >= 0.9  # the whole max_wait: the record is less than min_bytes
         assert set(_answered(answer)) == {("other", 2)} and _answered(answer)[("other", 2)][1] == 2
+
+
+def test_a_fetch_that_requires_no_data_or_names_no_partition_is_answered_at_once(kafka_server, store):
+    """Kafka's ReplicaManager answers at once a Fetch with min_bytes 0 (the Java consumer's
+    fetch.min.bytes=0) or with no partition to read: here the first waited max_wait_ms for one byte,
+    and so did an incremental Fetch that forgot its session's last partitions (answered without a
+    session, naming none)."""
+    store.create_topic("quiet", partitions=1)
+    with RawClient(kafka_server.port) as client:
+        for parts, min_bytes in (({("quiet", 0): 0}, 0), ({}, 1)):
+            started = time.monotonic()
+            answer = _fetch(client, 0, -1, parts, max_wait_ms=3_000, min_bytes=min_bytes)
+            assert time.monotonic() - started < 1.5, (parts, min_bytes)
+            assert _answered(answer) == {k: (0, 0, 0) for k in parts}
+        sid = _fetch(client, 0, 0, {("quiet", 0): 0}).session_id
+        started = time.monotonic()
+        emptied = _fetch(client, sid, 1, forgotten={"quiet": [0]}, max_wait_ms=3_000)
+        assert time.monotonic() - started < 1.5
+        assert (emptied.error_code, emptied.session_id, _answered(emptied)) == (0, 0, {})
