@@ -253,3 +253,25 @@ def test_a_fetch_that_requires_no_data_or_names_no_partition_is_answered_at_once
         emptied = _fetch(client, sid, 1, forgotten={"quiet": [0]}, max_wait_ms=3_000)
         assert time.monotonic() - started < 1.5
         assert (emptied.error_code, emptied.session_id, _answered(emptied)) == (0, 0, {})
+
+
+def test_a_topic_deleted_and_created_again_under_a_session(kafka_server, store):
+    """By name, the session's partition now reads the new topic: its offset past the new log's end
+    is OFFSET_OUT_OF_RANGE (answered, so the client resets), never the old topic's records; by id,
+    the old id is UNKNOWN_TOPIC_ID."""
+    from tests.server.test_serve_fetch_sessions import fetch_sessions_uuid
+
+    store.create_topic("again", partitions=1)
+    old_id = fetch_sessions_uuid(store, "again")
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "again", 0, batch([b"old1", b"old2"]))[0] == 0
+        by_name = _fetch(client, 0, 0, {("again", 0): 2}).session_id
+        by_id = _fetch(client, 0, 0, {(old_id, 0): 2}, version=13).session_id
+        assert by_name and by_id
+        store.delete_topic("again")
+        store.create_topic("again", partitions=1)
+        assert produce(client, "again", 0, batch([b"new"]))[0] == 0
+        assert _answered(_fetch(client, by_name, 1))[("again", 0)][0] == 1  # OFFSET_OUT_OF_RANGE
+        answer = _answered(_fetch(client, by_name, 2, {("again", 0): 0}))
+        assert answer[("again", 0)][:2] == (0, 1) and answer[("again", 0)][2] > 0  # the new record
+        assert _answered(_fetch(client, by_id, 1, version=13)) == {(old_id, 0): (100, -1, 0)}
