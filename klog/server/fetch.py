@@ -174,19 +174,20 @@ def _aborted(part: Any, offset: int, upper: int, nowait: bool) -> list[tuple[int
 
 
 def _read_topic(ctx: RequestContext, topic: str, asked: Any, out: list[PartitionAnswer], budget: int,
-                committed: bool, inline_left: int, nowait: bool = False) -> tuple[int, int, bool]:
+                committed: bool, inline_left: int, nowait: bool = False,
+                refresh: bool = True) -> tuple[int, int, bool]:
     """The answers of `asked` (a request topic's partitions) appended to `out`, in order: each
     partition's offsets and where its bytes are (lock-free, any process: klog.store.topic_read, one
     loop over the topic); a range of at most INLINE_RANGE_BYTES comes read (`data`), checked batch
     by batch as the store found it: the same bytes sendfile would send. Returns (the budget left,
     the inline bytes left, whether any partition failed). `nowait`: on the event loop (see
-    _collect_inline), raising WouldBlock for anything not cached in this process."""
+    _collect_inline), raising WouldBlock for anything not cached in this process. `refresh`: the
+    topic's metadata may be re-read first (its first run of partitions in the request)."""
     appender = ctx.server.appender
     opened = ctx.store.opened_partitions()  # (a look that never opens one: the event loop's)
     old_fetcher = ctx.api_version <= LAST_MESSAGE_SET_VERSION
     errors = False
     reads: list[PartitionAnswer] = []
-    refresh = True  # the topic's metadata may be re-read first: once per topic and request (RawAppender.partition)
     for p in asked:
         index = p.partition
         answer = PartitionAnswer(index)
@@ -405,10 +406,24 @@ def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) 
     inline_left = LOOP_BYTES_MAX if nowait else INLINE_BYTES_MAX
     errors = False
     out = []
+    # What is decided once per topic and request, however many runs of its partitions the request
+    # has (a fetch session's order, where partitions answered records move to the end, interleaves
+    # its topics): a topic's name (by id), its refusal, its metadata check and refresh.
+    names: dict = {}
+    refusals: dict[str, E] = {}
+    ids_listed = False  # an id not found made TopicIds read every topic: once per request
     for t in request.topics:
         if hasattr(t, "topic_id"):  # v13+: topics by id
             topic_id = t.topic_id or ZERO_UUID  # (kio reads the zero id as None)
-            name = loop_names[topic_id] if nowait else ctx.server.topic_ids.name(topic_id)
+            if nowait:
+                name = loop_names[topic_id]
+            elif topic_id in names:
+                name = names[topic_id]
+            else:
+                name = (ctx.server.topic_ids.known_name(topic_id) if ids_listed  # (every topic read just now)
+                        else ctx.server.topic_ids.name(topic_id))
+                ids_listed = ids_listed or name is None
+                names[topic_id] = name
             answer = TopicAnswer(name or "", topic_id=topic_id)
             if name is None:
                 answer.partitions = [PartitionAnswer(int(p.partition), E.unknown_topic_id) for p in t.partitions]
@@ -418,19 +433,44 @@ def _collect(ctx: RequestContext, request: Any, loop_names: dict | None = None) 
         else:
             answer = TopicAnswer(str(t.topic))
         out.append(answer)
-        refused = _topic_refused(ctx, answer.name)
-        if refused == E.none and not nowait and not _valid_name(answer.name):
-            refused = E.unknown_topic_or_partition  # no topic has that name: nothing to look up, nor to log
+        refused = refusals.get(answer.name)
+        first = refused is None
+        if first:
+            refused = _topic_refused(ctx, answer.name)
+            if refused == E.none and not nowait and not _valid_name(answer.name):
+                refused = E.unknown_topic_or_partition  # no topic has that name: nothing to look up, nor to log
+            if refused == E.none and not nowait:
+                _check_topic(ctx, answer.name)  # (_loop_topics found it checked)
+            refusals[answer.name] = refused
         if refused != E.none:
             answer.partitions = [PartitionAnswer(int(p.partition), refused) for p in t.partitions]
             errors = errors or bool(answer.partitions)
             continue
-        if not nowait:
-            _check_topic(ctx, answer.name)  # (_loop_topics found it checked)
         budget, inline_left, failed = _read_topic(ctx, answer.name, t.partitions, answer.partitions, budget,
-                                                  committed, inline_left, nowait)
+                                                  committed, inline_left, nowait, first)
         errors = errors or failed
     return out, start_budget - budget, errors
+
+
+# Kafka's "erroneous" partitions (KafkaApis.handleFetchRequest): set aside before the read, they do
+# not answer a Fetch at once while it has other partitions to wait for
+REFUSALS = frozenset((E.topic_authorization_failed, E.unknown_topic_or_partition, E.unknown_topic_id))
+
+
+def _at_once(answers: list[TopicAnswer]) -> bool:
+    """Whether the errors among `answers` answer the Fetch now: an error of its read (Kafka's
+    ReplicaManager answers at once: offset out of range, fenced epoch, storage), or nothing but
+    refusals (no partition to wait for). A partition refused (not authorized, unknown topic, id or
+    partition) beside others that may get records does not: else a consumer whose session (or
+    request) holds one asks again at once, forever, where Kafka's Fetch waits max_wait_ms."""
+    waits = False
+    for t in answers:
+        for p in t.partitions:
+            if not p.error:
+                waits = True
+            elif p.error not in REFUSALS:
+                return True
+    return not waits
 
 
 def _clear(answers: list[TopicAnswer]) -> None:
@@ -460,17 +500,20 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     wanted = request if context is None else context.request  # (an incremental fetch: the session's partitions)
     wait_s = max(0, request.max_wait.total_seconds())
     deadline = time.monotonic() + wait_s
-    min_bytes = max(1, int(request.min_bytes))
+    min_bytes = int(request.min_bytes)  # (0: "does not require any data", answered at once as in Kafka)
     while True:
         collected = _collect_inline(ctx, wanted)
         if collected is None:
             collected = await ctx.run_blocking(_collect, ctx, wanted)
         answers, total, errors = collected
-        if total >= min_bytes or errors or deadline <= time.monotonic() or ctx.server.stopping:
+        if (total >= min_bytes or (errors and _at_once(answers)) or deadline <= time.monotonic()
+                or ctx.server.stopping or not any(t.partitions for t in answers)):  # (nothing to wait for)
             break
         _close(answers)
-        # until one of these partitions' high watermark moves (the full answer is rebuilt only then)
-        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions if t.name}
+        # until one of these partitions' high watermark moves (the full answer is rebuilt only then;
+        # a refused partition has none to watch)
+        marks = {(t.name, p.partition): p.high_watermark for t in answers for p in t.partitions
+                 if t.name and not p.error}
         moved = await ctx.server.watcher.wait(marks, deadline - time.monotonic())
         if not moved and total == 0 and not ctx.server.stopping:
             # max_wait passed and nothing moved (as of the watcher's last poll): the empty answer

@@ -21,6 +21,10 @@ fetches in full, as from a Kafka broker whose cache is full) unless one of its o
 stale, and a session grown past it by incremental fetches is dropped (FETCH_SESSION_ID_NOT_FOUND,
 as after an eviction: the client starts again with a full fetch). A session keeps only names a
 topic can have (names_kept).
+
+A session is its client's (its share key): another client naming its id is answered as if there
+were none, and cannot close it (Kafka does not check: anyone who learns or guesses a live id
+could advance its epoch, close it, or learn its topics' names from the answers' errors).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from klog.store.names import validate_topic_name
 
 SLOTS = 1000  # max.incremental.fetch.session.cache.slots
 EVICTION_S = 120.0  # min.incremental.fetch.session.eviction.ms
-# Partitions held by every session together (~300 bytes each, measured: ~30 MB), a quarter of them per client by
+# Partitions held by every session together (300-470 bytes each, measured: under 50 MB), a quarter of them per client by
 # default: a consumer of --max-request-entries (20,000) partitions fits in its share.
 PARTITIONS_MAX = 100_000
 INVALID_SESSION_ID = 0
@@ -185,8 +189,14 @@ class FetchSessionCache:
         self.stats = {"full": 0, "incremental": 0, "created": 0, "refused": 0, "evictions": 0,
                       "named": 0, "answered": 0}
 
-    def get(self, session_id: int) -> FetchSession | None:
-        return self.sessions.get(session_id)
+    def get(self, session_id: int, owner: str | None = None) -> FetchSession | None:
+        """The session of that id; given `owner` (a share key), only if that client made it: another
+        client's session is as unknown to it as one that does not exist (stricter than Kafka, which
+        lets any client that names an id use or close the session: see Context)."""
+        session = self.sessions.get(session_id)
+        if session is None or (owner is not None and session.owner != owner):
+            return None
+        return session
 
     def _new_id(self) -> int:
         while True:  # (unguessable: a session id is all a client names)
@@ -357,6 +367,9 @@ class Context:
             topic = t.topic_id if session.by_ids else t.topic
             kept = []
             for cached, a in zip(t.partitions, answer.partitions, strict=True):
+                if (a.data is None and a.range is None and a.converted is None and not a.error
+                        and cached.high_watermark == a.high_watermark and cached.local_log_start == a.log_start_offset):
+                    continue  # (the usual: nothing new; must_respond's answer without its call, ~2x faster)
                 size = a.size
                 if cached.must_respond(a, size):
                     kept.append(a)
@@ -365,8 +378,12 @@ class Context:
                         parts[key] = parts.pop(key)
                 elif a.range is not None:
                     a.range.close()
-            if kept:
-                answered += len(kept)
+            if not kept:
+                continue
+            answered += len(kept)
+            if out and out[-1].name == answer.name and out[-1].topic_id == answer.topic_id:
+                out[-1].partitions.extend(kept)  # (Kafka's answer groups consecutive partitions of a topic)
+            else:
                 answer.partitions = kept
                 out.append(answer)
         cache.stats["answered"] += answered
@@ -377,9 +394,9 @@ def new_context(cache: FetchSessionCache, request: Any, version: int, owner: str
     """Kafka's FetchManager.newContext for a Fetch v7+."""
     context = Context(cache, request)
     session_id, epoch = int(request.session_id), int(request.session_epoch)
-    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session of its client it names is closed
         if session_id != INVALID_SESSION_ID:
-            old = cache.get(session_id)
+            old = cache.get(session_id, owner)
             if old is not None:
                 cache.remove(old)
         if epoch == INITIAL_EPOCH:
@@ -389,8 +406,8 @@ def new_context(cache: FetchSessionCache, request: Any, version: int, owner: str
             context.owner, context.by_ids = owner, version >= TOPIC_IDS_VERSION
             context.privileged = False  # (a follower's: klog serve has none, and trusts no client's replica id)
         return context
-    session = cache.get(session_id)
-    if session is None:
+    session = cache.get(session_id, owner)
+    if session is None:  # (or another client's: as if there were none)
         context.error = E.fetch_session_id_not_found
     elif session.epoch != epoch:
         context.error = E.invalid_fetch_session_epoch
