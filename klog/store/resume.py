@@ -25,7 +25,8 @@ within range), so a segment of garbage costs a bounded time (~0.1 s) whatever it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator
 
 from klog.store import codec
 from klog.store.codec import BatchHeader, read_header
@@ -34,8 +35,9 @@ from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.plain import Plain
 from klog.store.walk import SCAN_CHUNK_BYTES
 
-RESUME_SCAN_BYTES_MAX = 64 << 20  # how far past the damage the scan (c) looks
-RESUME_CANDIDATES_MAX = 1 << 18  # candidate positions the scan checks at most (a run of 0x02 bytes)
+RESUME_SCAN_BYTES_MAX = 8 << 20  # how far the scan (c) looks (8 batches of Kafka's default 1 MiB bound)
+RESUME_CANDIDATES_MAX = 1 << 16  # candidate positions the scan checks at most (a run of 0x02 bytes)
+SPARSE_MAGIC_BYTES = 1 << 12  # a chunk with at most this many 2s is searched byte by byte
 RESUME_INDEX_ENTRIES_MAX = 64  # index entries past the damage (b) tries at most
 
 Read = Callable[[int, int], bytes]
@@ -145,10 +147,10 @@ def resume_after(read: Read, end: int, base_offset: int, damage_position: int, f
         tried += 1
         if tried >= RESUME_INDEX_ENTRIES_MAX:
             break
-    stop = min(end, damage_position + 1 + scan_bytes_max)
-    if target is not None:
-        stop = min(stop, target.position)
-    found = _scan(bounds, damage_position + 1, stop, target)
+    start, stop = damage_position + 1, min(end, damage_position + 1 + scan_bytes_max)
+    if target is not None:  # the window ends at the entry: the batches just before it are the ones to find
+        start, stop = max(start, target.position - scan_bytes_max), target.position
+    found = _scan(bounds, start, stop, target)
     return found if found is not None else target
 
 
@@ -165,22 +167,15 @@ def _scan(bounds: _Bounds, start: int, stop: int, target: Resumed | None) -> Res
     while shared < 8 and low_bytes[shared] == high_bytes[shared]:
         shared += 1
     prefix = low_bytes[:shared]
+    # a candidate: the prefix, the rest of the base offset, length and epoch, then magic 2
+    pattern = re.compile(re.escape(prefix) + b".{%d}\x02" % (MAGIC_OFFSET - len(prefix)), re.DOTALL)
     candidates = 0
     position = start
     while position < stop:
         chunk_end = min(stop, position + SCAN_CHUNK_BYTES)
         # the chunk holds the headers of every candidate that starts in [position, chunk_end)
         chunk = bounds.read(position, chunk_end - position + RECORD_BATCH_OVERHEAD)
-        at = MAGIC_OFFSET
-        limit = chunk_end - position + MAGIC_OFFSET
-        while True:
-            at = chunk.find(b"\x02", at, limit)
-            if at < 0:
-                break
-            head_at = at - MAGIC_OFFSET
-            at += 1
-            if prefix and not chunk.startswith(prefix, head_at):
-                continue
+        for head_at in _candidates(chunk, chunk_end - position, prefix, pattern):
             candidates += 1
             if candidates > RESUME_CANDIDATES_MAX:
                 return None
@@ -193,3 +188,23 @@ def _scan(bounds: _Bounds, start: int, stop: int, target: Resumed | None) -> Res
                 return Resumed(here, header, "scan")
         position = chunk_end
     return None
+
+
+def _candidates(chunk: bytes, limit: int, prefix: bytes, pattern: re.Pattern[bytes]) -> Iterator[int]:
+    """Positions below `limit` in `chunk` where a header with magic 2 and a base offset starting
+    with `prefix` could start: found from the magic bytes where they are few (garbage of zeros
+    costs a count), by the pattern, whose literal prefix rules most positions out in C, where
+    they are many (a run of 2s)."""
+    if chunk.count(b"\x02", MAGIC_OFFSET, limit + MAGIC_OFFSET) <= SPARSE_MAGIC_BYTES:
+        at = MAGIC_OFFSET
+        while (at := chunk.find(b"\x02", at, limit + MAGIC_OFFSET)) >= 0:
+            if chunk.startswith(prefix, at - MAGIC_OFFSET):
+                yield at - MAGIC_OFFSET
+            at += 1
+        return
+    at = 0
+    while at < limit and (found := pattern.search(chunk, at, limit + MAGIC_OFFSET + 1)) is not None:
+        if found.start() >= limit:
+            return
+        yield found.start()
+        at = found.start() + 1

@@ -425,7 +425,9 @@ class LogSegment:
         batch after the damage `error` names, when that batch starts at or below `offset`."""
         if error.position is None or error.path != self.log_path:
             return None
-        first_missing = before.next_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
+        # (the batch walked over last was not CRC-checked: its own length may have led the walk into
+        # garbage, so the offsets after its base are not known to be read)
+        first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
         resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
         if resumed is None or resumed.header.base_offset > offset:
             return None
