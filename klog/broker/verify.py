@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from klog.broker import data_loss
 from klog.broker.replication import ReplicaManager, catch_up
-from klog.errors import KlogError
+from klog.errors import CorruptLogError, KlogError
 from klog.store import faults
 from klog.store.format import LOG_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_base, segment_file_name
 from klog.store.inspect import TxnWalk, check_segment
@@ -601,10 +601,14 @@ def _write_resumed_segment(replica: PartitionLog, base: int, position: int,
     end = segment.file_size()
     final = {suffix: os.path.join(replica.directory, segment_file_name(resume, suffix))
              for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
-    headers = [(batch.position - position, batch.header)
-               for batch in walk_batches(segment.read_bytes, position, end, path=segment.log_path)]
+    headers = []
+    try:
+        for batch in walk_batches(segment.read_bytes, position, end, path=segment.log_path):
+            headers.append((batch.position - position, batch.header))
+    except CorruptLogError:
+        pass  # more damage further on: copied as it is (verify names it; a second discard drops it)
     index, times = IndexBuilder(resume, replica.config.index_interval_bytes).add_all(headers)
-    copied = headers[-1][0] + headers[-1][1].size if headers else 0  # whole batches only
+    copied = end - position
     temps = []
     for suffix, path in final.items():
         temp = path + CLEANED_SUFFIX

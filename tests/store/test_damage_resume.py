@@ -151,7 +151,6 @@ def test_damage_at_the_tail_of_a_sealed_segment_goes_on_at_the_next(cli, data_di
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("garbage", ["zeros", "twos", "random", "headers"])
 def test_a_gibibyte_of_garbage_is_given_up_on_in_bounded_time(garbage):
     """The scan reads at most RESUME_SCAN_BYTES_MAX and checks a bounded number of candidates,
@@ -173,3 +172,17 @@ def test_a_gibibyte_of_garbage_is_given_up_on_in_bounded_time(garbage):
     assert resume_after(read, size, 0, 0, 0, 1000) is None
     assert time.monotonic() - started < 5
     assert sum(reads) <= RESUME_SCAN_BYTES_MAX * 1.01
+
+
+def test_discarding_two_damaged_batches_takes_two_runs_and_keeps_what_follows_each(cli, data_dir):
+    path = _written(cli, 6, 20)
+    positions = _positions(path)
+    _flip(path, positions[1] + 70)
+    _flip(path, positions[3] + 70)
+    r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
+    assert r.exit_code == 1 and "discarded offsets 0..39 (damaged from offset 20)" in r.out, r
+    assert "CRC mismatch" in r.out  # the second damage, now in the rewritten segment: reported
+    r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
+    assert r.exit_code == 0 and "discarded offsets 40..79 (damaged from offset 60)" in r.out, r
+    assert cli("verify", "t").out.strip() == "t-0 replica 0: ok"
+    assert cli("consume", "t").stdout == _lines(80, 120)
