@@ -531,13 +531,15 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
     for name in [topic] if topic else store.topic_names():
         meta = store.topic(name)
         for p in range(len(meta.partitions)):
-            found = _damage(store, name, p, meta.partitions[p])
-            if found is None:
+            if _damage(store, name, p, meta.partitions[p]) is None:
                 continue
-            plan, places = found
             part = store.partition(name, p)
             with part.lock:
                 part.open_for_write()
+                found = _damage(store, name, p, meta.partitions[p])  # again: as the files are under the lock
+                if found is None:
+                    continue
+                plan, places = found
                 inside = [(place, _batch_at(place, plan.resume)) for place in places]
                 if all(position is not None for _, position in inside):
                     new_files = []
