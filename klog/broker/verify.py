@@ -547,6 +547,7 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                         plan.corrupt_files.append(_keep_discarded(place.replica.segments[place.base], place.position,
                                                                   position))
                         new_files.append(_write_resumed_segment(place.replica, place.base, position, plan.resume))
+                    faults.point("discard-written")
                     part.set_log_start_offset(plan.resume)  # the commit point
                     faults.point("discard-log-start")
                     for replica, temps in new_files:

@@ -18,7 +18,7 @@ def _lines(lo: int, hi: int) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", ["discard-log-start", "discard-renamed"])
+@pytest.mark.parametrize("step", ["discard-written", "discard-log-start", "discard-renamed"])
 def test_a_discard_killed_midway_keeps_every_batch_after_the_damage(cli, klog_proc, data_dir, monkeypatch, step):
     assert cli("topics", "create", "t").exit_code == 0
     for b in range(3):
@@ -33,7 +33,7 @@ def test_a_discard_killed_midway_keeps_every_batch_after_the_damage(cli, klog_pr
     r = klog_proc("verify", "t", "--repair", "--discard-damaged", "--yes")
     assert r.returncode == -9, r
     monkeypatch.delenv("KLOG_CRASH_AT")
-    r = cli("consume", "t")  # from the log start (200, moved at the commit point) on
+    r = cli("consume", "t", "-o", "200")  # past the damage (and from the log start, once the commit point passed)
     assert (r.exit_code, r.stdout) == (0, _lines(200, 300)), r
     r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
     assert r.exit_code == 0, r
