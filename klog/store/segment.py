@@ -413,16 +413,17 @@ class LogSegment:
         except CorruptLogError as e:
             # damage on the way to `offset`: a read from past it starts at the first valid batch
             # after it (resume.py) if that batch is at or below `offset`; else the damage is the read's
-            walked = self._past_damage_toward(opened, offset, end, e, before, chunk_bytes)
+            walked = self._past_damage_toward(opened, offset, end, e, before, gap_ok, chunk_bytes)
             if walked is None:
                 raise
             return walked
         return None
 
     def _past_damage_toward(self, opened: OpenLog, offset: int, end: int, error: CorruptLogError,
-                            before: BatchHeader | None, chunk_bytes: int) -> Found | None:
+                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
         """The batch holding `offset` (or the first after it), walked to from the first valid
-        batch after the damage `error` names, when that batch starts at or below `offset`."""
+        batch after the damage `error` names, when that batch starts at or below `offset` (each
+        batch on the way checked against the one before it, as the walk from an index entry is)."""
         if error.position is None or error.path != self.log_path:
             return None
         # (the batch walked over last was not CRC-checked: its own length may have led the walk into
@@ -431,9 +432,13 @@ class LogSegment:
         resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
         if resumed is None or resumed.header.base_offset > offset:
             return None
+        before = None
         for batch in walk_batches(opened.read, resumed.position, end, chunk_bytes=chunk_bytes, path=self.log_path):
+            if before is not None:
+                self._check_follows(before, batch.position, batch.header, gap_ok)
             if batch.header.last_offset >= offset:
                 return batch.position, batch.header, batch.chunk, batch.at
+            before = batch.header
         return None
 
     def resume_after_damage(self, position: int, first_missing: int, upper: int | None = None,
