@@ -461,7 +461,8 @@ def _damage(store: BrokerStore, name: str, p: int,
         segment = replica.segments[base]
         position = _damage_position(segment, replica.config.max_message_bytes)
         later = [b for b in replica.bases if b > base]
-        resumed = segment.resume_after_damage(position, cut, min(later[0], hw) if later else hw)
+        resumed = segment.resume_after_damage(position, cut, min(later[0], hw) if later else hw,
+                                              end_offset=later[0] if later else hw)
         places.append(_Place(replica, base, position, resumed))
     resume = _common_resume(places, hw)
     cut_at = min(cut for _, cut in cuts)

@@ -476,6 +476,9 @@ def _resumed_in_segment(cursor: PartitionCursor, error: CorruptLogError, end: in
         segment = replica.segments.get(base) if base is not None else None
         if segment is None:
             return None
-        resumed = segment.resume_after_damage(error.position, cursor.offset, end)
+        later = [b for b in replica.bases if b > segment.base_offset]
+        # where the segment's offsets end: the next segment's base, or (the last) the high watermark
+        end_offset = later[0] if later else cursor.part.high_watermark()
+        resumed = segment.resume_after_damage(error.position, cursor.offset, end, end_offset=end_offset)
         return resumed.header.base_offset if resumed is not None else None
     return None

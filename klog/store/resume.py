@@ -8,7 +8,8 @@ position after the damage that provably holds a valid batch, trying in turn:
 
 (0) "itself": the batch at the damage, when it is whole, CRC-valid, starts past the first
     offset not read and the next batch starts exactly where it ends (the damage was offsets
-    missing before it; the CRC does not cover the base offset, the batch after it vouches for it);
+    missing before it; the CRC does not cover the base offset: the batch after it vouches for it,
+    or for the segment's last batch, the offset the segment must end at, when the caller knows it);
 (a) "length": the damaged batch's own length field, when the batch right after it is a whole v2
     batch whose CRC-32C matches and whose offsets lie after the first offset not read;
 (b) "index": the first offset-index entry past the damage that points at such a batch;
@@ -98,9 +99,13 @@ class _Bounds:
         following = self.header_at(after)
         return following is not None and following.base_offset >= header.next_offset
 
-    def followed_exactly(self, position: int, header: BatchHeader) -> bool:
-        """Does a header whose base offset is the next offset of the batch at `position` follow it?"""
-        following = self.header_at(position + header.size)
+    def followed_exactly(self, position: int, header: BatchHeader, end_offset: int | None) -> bool:
+        """Does a header whose base offset is the next offset of the batch at `position` follow it
+        (or, the segment's last batch, does it end at `end_offset`, where the segment's offsets end)?"""
+        after = position + header.size
+        if after == self.end:
+            return end_offset is not None and header.next_offset == end_offset
+        following = self.header_at(after)
         return following is not None and following.base_offset == header.next_offset
 
     def chains_to(self, position: int, header: BatchHeader, target: int) -> bool:
@@ -118,15 +123,17 @@ class _Bounds:
 
 def resume_after(read: Read, end: int, base_offset: int, damage_position: int, first_missing: int,
                  upper: int | None = None, index_positions: Iterable[int] = (),
-                 scan_bytes_max: int = RESUME_SCAN_BYTES_MAX) -> Resumed | None:
+                 scan_bytes_max: int = RESUME_SCAN_BYTES_MAX, end_offset: int | None = None) -> Resumed | None:
     """The first provably valid batch after the damaged one at `damage_position` in a segment of
     `end` bytes read by `read` (see the module's docstring); its base offset is at least
     `first_missing` (the first offset not read, which the damaged batch holds) and below `upper`. `index_positions`: the
-    offset index's positions, in order. None: nothing valid in reach (go on at the next segment)."""
+    offset index's positions, in order; `end_offset`: where the segment's offsets end (the next
+    segment's base, or the log end), if known. None: nothing valid in reach (go on at the next
+    segment)."""
     bounds = _Bounds(read, end, base_offset, first_missing, upper)
     damaged = read(damage_position, RECORD_BATCH_OVERHEAD)
     header = bounds.valid_at(damage_position, damaged)  # (0) not damaged itself
-    if header is not None and bounds.followed_exactly(damage_position, header):
+    if header is not None and bounds.followed_exactly(damage_position, header, end_offset):
         return Resumed(damage_position, header, "itself")
     if len(damaged) >= MAGIC_OFFSET + 1:  # (a) the damaged batch's own length
         size = read_header(damaged.ljust(RECORD_BATCH_OVERHEAD, b"\0")).size

@@ -442,10 +442,11 @@ class LogSegment:
         return None
 
     def resume_after_damage(self, position: int, first_missing: int, upper: int | None = None,
-                            read: Read | None = None, end: int | None = None) -> Resumed | None:
+                            read: Read | None = None, end: int | None = None,
+                            end_offset: int | None = None) -> Resumed | None:
         """The first valid batch after the damaged one at `position` (resume.resume_after; None:
         none in this segment); `first_missing` is the first offset not read (the damaged batch
-        holds it), `upper` the log end."""
+        holds it), `upper` the log end, `end_offset` where this segment's offsets end (if known)."""
         read = read or self.read_bytes
         if end is None:
             end = self.file_size()
@@ -453,7 +454,8 @@ class LogSegment:
         index.refresh()
         first = max(0, index.floor(first_missing - 1 - self.base_offset))
         positions = (index.entry_at(i)[1] for i in range(first, index.entries))
-        return resume_after(read, end, self.base_offset, position, first_missing, upper, positions)
+        return resume_after(read, end, self.base_offset, position, first_missing, upper, positions,
+                            end_offset=end_offset)
 
     def _check_follows(self, before: BatchHeader | None, position: int, header: BatchHeader,
                        gap_ok: GapOk | None) -> None:

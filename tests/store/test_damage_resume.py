@@ -128,6 +128,18 @@ def test_a_raised_base_offset_is_skipped_never_read_under_offsets_not_its_own(cl
     assert cli("consume", "t", "-o", "250").stdout == _lines(250, 300)
 
 
+def test_a_lowered_base_offset_is_not_vouched_for_by_the_batch_after_it(cli, data_dir):
+    """Batch 3's base offset lowered 200 -> 196: it overlaps batch 2 and the batch after it (300)
+    does not start where it would end (296), so no read hands its records out as 196..295."""
+    path = _written(cli, 5)
+    _write(path, _positions(path)[2], (196).to_bytes(8, "big"))
+    assert_one_line_error(cli("consume", "t", "-o", "250"), 1, "offsets 196..199 are in two batches")
+    assert cli("consume", "t", "-o", "300").stdout == _lines(300, 500)  # (300 is vouched for by 400)
+    r = cli("consume", "t", "--skip-damaged")
+    assert (r.exit_code, r.stdout) == (1, _lines(0, 200) + _lines(300, 500)), r
+    assert "skipped t-0 offsets 200..299" in r.stderr
+
+
 def test_two_damaged_batches_cost_their_own_offsets_only(cli, data_dir):
     path = _written(cli, 6, 20)
     positions = _positions(path)
