@@ -21,7 +21,9 @@ position after the damage that provably holds a valid batch, trying in turn:
 
 The scan reads at most RESUME_SCAN_BYTES_MAX past the damage and checks at most
 RESUME_CANDIDATES_MAX candidate positions (a byte 2 where the magic would be and a base offset
-within range), so a segment of garbage costs a bounded time (~0.1 s) whatever its size.
+within range), so a segment of garbage costs a bounded time whatever its size (measured on 1 GiB:
+zeros or 2s 0.01 s, random bytes 0.16 s, a header-like pattern that makes every 17th byte a
+candidate 0.38 s; tests/store/test_damage_resume.py).
 """
 
 from __future__ import annotations
@@ -125,9 +127,9 @@ def resume_after(read: Read, end: int, base_offset: int, damage_position: int, f
                  upper: int | None = None, index_positions: Iterable[int] = (),
                  scan_bytes_max: int = RESUME_SCAN_BYTES_MAX, end_offset: int | None = None) -> Resumed | None:
     """The first provably valid batch after the damaged one at `damage_position` in a segment of
-    `end` bytes read by `read` (see the module's docstring); its base offset is at least
-    `first_missing` (the first offset not read, which the damaged batch holds) and below `upper`. `index_positions`: the
-    offset index's positions, in order; `end_offset`: where the segment's offsets end (the next
+    `end` bytes read by `read` (see the module's docstring); its base offset is above
+    `first_missing` (the first offset not read, which the damaged batch holds) and below `upper`.
+    `index_positions`: the offset index's positions, in order; `end_offset`: where the segment's offsets end (the next
     segment's base, or the log end), if known. None: nothing valid in reach (go on at the next
     segment)."""
     bounds = _Bounds(read, end, base_offset, first_missing, upper)
