@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 
 from klog.broker import data_loss
 from klog.broker.replication import ReplicaManager, catch_up
-from klog.errors import KlogError
+from klog.errors import CorruptLogError, KlogError
+from klog.store import faults
 from klog.store.format import LOG_SUFFIX, TXN_INDEX_SUFFIX, parse_segment_base, segment_file_name
 from klog.store.inspect import TxnWalk, check_segment
+from klog.store.plain import FrozenPlain
 from klog.store.segment import CORRUPT_SUFFIX
 from klog.store.txn import write_txn_index
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from klog.broker.store_protocol import BrokerStore
     from klog.meta.topics import PartitionMeta
     from klog.store.log import PartitionLog
+    from klog.store.resume import Resumed
     from klog.store.segment import LogSegment
     from klog.store.state import PartitionSnapshot
 
@@ -215,6 +218,12 @@ def _check_replica(replica, snap) -> ReplicaCheck:
     for i, base in enumerate(replica.bases):
         segment = replica.segments[base]
         compacted, last = replica.cleaner_gaps, i == len(replica.bases) - 1
+        if not last and _below_log_start(replica, i, snap):
+            # only its deletion is pending (retention, delete-records or --discard-damaged killed
+            # before it): no reader reaches it, whatever it holds
+            expected = log_end = replica.bases[i + 1]
+            txns.whole_history = False  # (a transaction may begin in what the walk stepped over)
+            continue
         try:
             check = check_segment(segment, gaps_ok=compacted and not last,
                                   max_message_bytes=replica.config.max_message_bytes, sealed=not last, txns=txns)
@@ -391,6 +400,8 @@ class Discard:
 
     @property
     def lost(self) -> str:
+        if self.resume <= self.log_start:  # (a discard killed after it moved the log start: finishing it)
+            return f"none ({self.log_start}..{self.resume - 1}: the log start is past the damage already)"
         return f"{self.log_start}..{self.resume - 1}"
 
 
@@ -407,10 +418,29 @@ def plan_discards(store: BrokerStore, topic: str | None = None) -> list[Discard]
     return out
 
 
+class _Place(FrozenPlain):
+    """Where one replica's damage is: its segment's base, where the damaged bytes start, and
+    the first valid batch after them in that segment (store/resume.py; None: none there)."""
+
+    _fields = ("replica", "base", "position", "resumed")
+    replica: PartitionLog
+    base: int
+    position: int
+    resumed: Resumed | None
+
+    def __init__(self, replica: PartitionLog, base: int, position: int, resumed: Resumed | None) -> None:
+        object.__setattr__(self, "replica", replica)
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "position", position)
+        object.__setattr__(self, "resumed", resumed)
+
+
 def _damage(store: BrokerStore, name: str, p: int,
-            pm: PartitionMeta) -> tuple[Discard, list[tuple[PartitionLog, int, int]]] | None:
+            pm: PartitionMeta) -> tuple[Discard, list[_Place]] | None:
     """The damaged range of a partition every replica of which is cut below its high watermark, and
-    where each replica's damage starts (replica, segment base, position); None otherwise."""
+    where each replica's damage starts and reading resumes after it; None otherwise. Reading
+    resumes at the first provably valid batch after the damage in its segment (store/resume.py),
+    else at the next segment: the same place `klog consume --skip-damaged` goes on at."""
     part = store.partition(name, p)
     order = [pm.leader] + [r for r in pm.isr if r != pm.leader]
     part.set_replica_dirs([store.data_dir.log_dir_path(d) for d in order])
@@ -424,15 +454,52 @@ def _damage(store: BrokerStore, name: str, p: int,
             if check.cut_at is not None and check.cut_at < snap.high_watermark]
     if len(cuts) != len(checked):
         return None  # some replica's problem is not damaged records: --repair's business
-    places, resume = [], 0
+    hw = snap.high_watermark
+    places = []
     for replica, cut in cuts:
         replica.refresh_segments()
         base = max((b for b in replica.bases if b <= cut), default=replica.bases[0])
+        segment = replica.segments[base]
+        position = _damage_position(segment, replica.config.max_message_bytes)
         later = [b for b in replica.bases if b > base]
-        resume = max(resume, later[0] if later else snap.high_watermark)
-        places.append((replica, base, _damage_position(replica.segments[base], replica.config.max_message_bytes)))
+        resumed = segment.resume_after_damage(position, cut, min(later[0], hw) if later else hw,
+                                              end_offset=later[0] if later else hw)
+        places.append(_Place(replica, base, position, resumed))
+    resume = _common_resume(places, hw)
     cut_at = min(cut for _, cut in cuts)
-    return Discard(name, p, snap.log_start_offset, cut_at, min(resume, snap.high_watermark)), places
+    return Discard(name, p, snap.log_start_offset, cut_at, resume), places
+
+
+def _next_base(place: _Place, hw: int) -> int:
+    later = [b for b in place.replica.bases if b > place.base]
+    return min(later[0], hw) if later else hw
+
+
+def _common_resume(places: list[_Place], hw: int) -> int:
+    """The offset every replica resumes at: the furthest of theirs, if each holds a batch
+    starting there in its damaged segment; else the furthest next segment (what a replica
+    without a resume point there goes on at)."""
+    resume = max(p.resumed.header.base_offset if p.resumed is not None else _next_base(p, hw) for p in places)
+    if all(p.resumed is not None and _batch_at(p, resume) is not None for p in places):
+        return resume
+    return max(max(_next_base(p, hw) for p in places), resume)
+
+
+def _batch_at(place: _Place, offset: int) -> int | None:
+    """The position of the batch starting at `offset` in the place's segment, from its resume point on."""
+    from klog.store.walk import walk_batches
+
+    if place.resumed is None:
+        return None
+    segment = place.replica.segments[place.base]
+    try:
+        for batch in walk_batches(segment.read_bytes, place.resumed.position, segment.file_size(),
+                                  path=segment.log_path):
+            if batch.header.base_offset >= offset:
+                return batch.position if batch.header.base_offset == offset else None
+    except KlogError:
+        return None
+    return None
 
 
 def _damage_position(segment: LogSegment, max_message_bytes: int) -> int:
@@ -449,7 +516,16 @@ def _damage_position(segment: LogSegment, max_message_bytes: int) -> int:
 def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discard]:
     """Move each damaged range aside into a `.corrupt` file and the log start past it (delete-records'
     way: the segments wholly below it go). Records below the new log start are lost: the Discards
-    say which."""
+    say which.
+
+    When reading resumes inside the damaged segment, the batches from there on are written to a
+    new segment named for the resume offset, crash-safely: its files are written as `.cleaned`
+    (a writer's open removes those, so a kill before the next step leaves the log as it was), the
+    log start is moved to the resume offset (a kill now leaves a log readers read from there,
+    past the damage, and that a second discard finishes), the new files are renamed in (the
+    old segment, now wholly below the log start, is never read: a kill leaves it for retention),
+    and the old segment is deleted as retention deletes one. An active damaged segment is rolled
+    first, so the new one is never the active segment."""
     from klog.broker.lifecycle import PartitionCleanup, _apply_log_start
     from klog.store.segment import keep_corrupt_bytes
 
@@ -457,14 +533,38 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
     for name in [topic] if topic else store.topic_names():
         meta = store.topic(name)
         for p in range(len(meta.partitions)):
-            found = _damage(store, name, p, meta.partitions[p])
-            if found is None:
+            if _damage(store, name, p, meta.partitions[p]) is None:
                 continue
-            plan, places = found
             part = store.partition(name, p)
             with part.lock:
                 part.open_for_write()
-                for replica, base, position in places:
+                found = _damage(store, name, p, meta.partitions[p])  # again: as the files are under the lock
+                if found is None:
+                    continue
+                plan, places = found
+                inside = [(place, _batch_at(place, plan.resume)) for place in places]
+                if all(position is not None for _, position in inside):
+                    new_files = []
+                    for place, position in inside:
+                        plan.corrupt_files.append(_keep_discarded(place.replica.segments[place.base], place.position,
+                                                                  position))
+                        new_files.append(_write_resumed_segment(place.replica, place.base, position, plan.resume))
+                    faults.point("discard-written")
+                    part.set_log_start_offset(plan.resume)  # the commit point
+                    faults.point("discard-log-start")
+                    for replica, temps in new_files:
+                        _rename_in(replica, temps)
+                    faults.point("discard-renamed")
+                    _apply_log_start(part, plan.resume, PartitionCleanup(name, p, plan.log_start, plan.log_start))
+                    for place in places:
+                        place.replica.refresh_segments()
+                        if _txn_index_files(place.replica.directory):
+                            _rewrite_txn_indexes(place.replica, _check_replica(place.replica, None).txn_indexes, [])
+                    part.publish()
+                    done.append(plan)
+                    continue
+                for place in places:
+                    replica, base, position = place.replica, place.base, place.position
                     segment = replica.segments[base]
                     kept = keep_corrupt_bytes(segment.log_path, position, segment.file_size())
                     named = kept[:-len(CORRUPT_SUFFIX)] + DISCARDED_SUFFIX
@@ -477,3 +577,77 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                 part.publish()
             done.append(plan)
     return done
+
+
+def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
+    """Bytes [start, end) of the segment kept in a `.discarded.corrupt` file beside it."""
+    from klog.store.segment import keep_corrupt_bytes
+
+    kept = keep_corrupt_bytes(segment.log_path, start, end)
+    named = kept[:-len(CORRUPT_SUFFIX)] + DISCARDED_SUFFIX
+    os.replace(kept, named)
+    return named
+
+
+def _write_resumed_segment(replica: PartitionLog, base: int, position: int,
+                           resume: int) -> tuple[PartitionLog, list[tuple[str, str]]]:
+    """The batches of segment `base` from `position` on, written as a new segment at `resume`
+    under `.cleaned` names (fsynced, with both indexes built as appends build them); an active
+    segment is rolled first. Returns the (temporary, final) names to rename."""
+    from klog.store.format import CLEANED_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX
+    from klog.store.index import IndexBuilder
+    from klog.store.names import fsync_dir, open_nofollow
+    from klog.store.walk import SCAN_CHUNK_BYTES, walk_batches
+
+    if base == replica.bases[-1]:  # never rewrite the active segment: roll past it first
+        replica.roll(replica.log_end_offset)
+        replica.flush()
+    segment = replica.segments[base]
+    end = segment.file_size()
+    final = {suffix: os.path.join(replica.directory, segment_file_name(resume, suffix))
+             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+    headers = []
+    try:
+        for batch in walk_batches(segment.read_bytes, position, end, path=segment.log_path):
+            headers.append((batch.position - position, batch.header))
+    except CorruptLogError:
+        pass  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    index, times = IndexBuilder(resume, replica.config.index_interval_bytes).add_all(headers)
+    copied = end - position
+    temps = []
+    for suffix, path in final.items():
+        temp = path + CLEANED_SUFFIX
+        fd = open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            if suffix == LOG_SUFFIX:
+                at = 0
+                while at < copied:
+                    chunk = segment.read_bytes(position + at, min(SCAN_CHUNK_BYTES, copied - at))
+                    if not chunk:
+                        raise KlogError(f"{segment.log_path}: shrank while being copied")
+                    _write_all(fd, chunk)
+                    at += len(chunk)
+            else:
+                _write_all(fd, index if suffix == INDEX_SUFFIX else times)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        temps.append((temp, path))
+    fsync_dir(replica.directory)
+    temps.sort(key=lambda pair: pair[1].endswith(LOG_SUFFIX))  # the log renamed last
+    return replica, temps
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _rename_in(replica: PartitionLog, temps: list[tuple[str, str]]) -> None:
+    from klog.store.names import fsync_dir
+
+    for temp, path in temps:
+        os.replace(temp, path)
+    fsync_dir(replica.directory)
+    replica.refresh_segments()

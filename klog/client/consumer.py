@@ -440,17 +440,45 @@ class Consumer(ConsumerBase):
 
 
 def _past_damage(cursor: PartitionCursor, error: CorruptLogError) -> int:
-    """Where reading can go on after the damage `error` names: the next segment's first offset (a
-    segment is read from its start or an index entry, so its rest is out of reach), or the end."""
+    """Where reading can go on after the damage `error` names: the first provably valid batch
+    after it in its segment (store/resume.py), else the next segment's first offset, else the end."""
     import os
 
+    end = cursor.end() if cursor.stop is None else cursor.stop
+    resumed = _resumed_in_segment(cursor, error, end)
+    if resumed is not None and cursor.offset < resumed < end:
+        return resumed
     folder, name = os.path.split(error.path or "")
     bases = sorted(int(n[:-4]) for n in os.listdir(folder) if n.endswith(".log") and n[:-4].isdigit()) \
         if folder else []
     damaged = int(name[:-4]) if name.endswith(".log") and name[:-4].isdigit() else cursor.offset
     resume = next((b for b in bases if b > max(damaged, cursor.offset)), None)
-    end = cursor.end() if cursor.stop is None else cursor.stop
     resume = end if resume is None or resume > end else resume
     if resume <= cursor.offset:
         raise error
     return resume
+
+
+def _resumed_in_segment(cursor: PartitionCursor, error: CorruptLogError, end: int) -> int | None:
+    """The base offset of the first valid batch after the damage, in the damaged segment of the
+    replica the read came from (None: none found)."""
+    import os
+
+    from klog.store.format import parse_segment_base
+
+    if error.path is None or error.position is None:
+        return None
+    folder, name = os.path.split(error.path)
+    base = parse_segment_base(name)
+    for replica in getattr(cursor.part, "replicas", ()):
+        if os.path.normpath(replica.directory) != os.path.normpath(folder):
+            continue
+        segment = replica.segments.get(base) if base is not None else None
+        if segment is None:
+            return None
+        later = [b for b in replica.bases if b > segment.base_offset]
+        # where the segment's offsets end: the next segment's base, or (the last) the high watermark
+        end_offset = later[0] if later else cursor.part.high_watermark()
+        resumed = segment.resume_after_damage(error.position, cursor.offset, end, end_offset=end_offset)
+        return resumed.header.base_offset if resumed is not None else None
+    return None

@@ -32,6 +32,7 @@ from klog.store.index import IndexBuilder, OffsetIndex, TimeIndex
 from klog.store.limits import DECLARED_BATCH_BYTES_MAX
 from klog.store.names import FILE_MODE, join_name, nofollow_opener, open_nofollow
 from klog.store.plain import Plain
+from klog.store.resume import Resumed, resume_after
 from klog.store.validate import SegmentScan
 from klog.store.walk import HEADER_CHUNK_BYTES, SCAN_CHUNK_BYTES, Read, follows, walk_batches
 
@@ -391,23 +392,70 @@ class LogSegment:
             hint = self.offset_index.lookup(offset - 1)  # the entry's batch ends below `offset`
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
-        found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
-        if found is None:
-            return None
-        position, header, chunk, at = found
-        if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
-            if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
-                self._check_follows(None, 0, header, gap_ok)
-            return found
-        before = header  # the walk goes on after it, from the bytes already read
-        for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end, chunk_bytes=chunk_bytes,
-                                  path=self.log_path, read_ahead=(position - at, chunk)):
-            header = batch.header
-            if header.last_offset >= offset:
-                self._check_follows(before, batch.position, header, gap_ok)
-                return batch.position, header, batch.chunk, batch.at
-            before = header
+        before = None  # the last batch walked over (its offsets are below `offset`)
+        try:
+            found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
+            if found is None:
+                return None
+            position, header, chunk, at = found
+            if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
+                if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
+                    self._check_follows(None, 0, header, gap_ok)
+                return found
+            before = header  # the walk goes on after it, from the bytes already read
+            for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end,
+                                      chunk_bytes=chunk_bytes, path=self.log_path, read_ahead=(position - at, chunk)):
+                header = batch.header
+                if header.last_offset >= offset:
+                    self._check_follows(before, batch.position, header, gap_ok)
+                    return batch.position, header, batch.chunk, batch.at
+                before = header
+        except CorruptLogError as e:
+            # damage on the way to `offset`: a read from past it starts at the first valid batch
+            # after it (resume.py) if that batch is at or below `offset`; else the damage is the read's
+            walked = self._past_damage_toward(opened, offset, end, e, before, gap_ok, chunk_bytes)
+            if walked is None:
+                raise
+            return walked
         return None
+
+    def _past_damage_toward(self, opened: OpenLog, offset: int, end: int, error: CorruptLogError,
+                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
+        """The batch holding `offset` (or the first after it), walked to from the first valid
+        batch after the damage `error` names, when that batch starts at or below `offset` (each
+        batch on the way checked against the one before it, as the walk from an index entry is)."""
+        if error.position is None or error.path != self.log_path:
+            return None
+        # (the batch walked over last was not CRC-checked: its own length may have led the walk into
+        # garbage, so the offsets after its base are not known to be read)
+        first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
+        resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
+        if resumed is None or resumed.header.base_offset > offset:
+            return None
+        before = None
+        for batch in walk_batches(opened.read, resumed.position, end, chunk_bytes=chunk_bytes, path=self.log_path):
+            if before is not None:
+                self._check_follows(before, batch.position, batch.header, gap_ok)
+            if batch.header.last_offset >= offset:
+                return batch.position, batch.header, batch.chunk, batch.at
+            before = batch.header
+        return None
+
+    def resume_after_damage(self, position: int, first_missing: int, upper: int | None = None,
+                            read: Read | None = None, end: int | None = None,
+                            end_offset: int | None = None) -> Resumed | None:
+        """The first valid batch after the damaged one at `position` (resume.resume_after; None:
+        none in this segment); `first_missing` is the first offset not read (the damaged batch
+        holds it), `upper` the log end, `end_offset` where this segment's offsets end (if known)."""
+        read = read or self.read_bytes
+        if end is None:
+            end = self.file_size()
+        index = self.offset_index
+        index.refresh()
+        first = max(0, index.floor(first_missing - 1 - self.base_offset))
+        positions = (index.entry_at(i)[1] for i in range(first, index.entries))
+        return resume_after(read, end, self.base_offset, position, first_missing, upper, positions,
+                            end_offset=end_offset)
 
     def _check_follows(self, before: BatchHeader | None, position: int, header: BatchHeader,
                        gap_ok: GapOk | None) -> None:

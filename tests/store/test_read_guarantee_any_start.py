@@ -85,13 +85,22 @@ def _klog(data_dir: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("damage", "start"), [("raised", 0), ("raised", 1845), ("raised", 1850), ("raised", 1870),
-                                               ("raised", 1895), ("lowered-first-of-segment", 0),
+                                               ("lowered-first-of-segment", 0),
                                                ("lowered-first-of-segment", 1800)])
 def test_local_consume_from_any_offset_reads_every_record_or_fails(pristine, tmp_path, damage, start):
     data_dir = _damaged(pristine, tmp_path, damage)
     r = _klog(data_dir, "consume", "t", "-o", str(start))
     _assert_prefix_then_error(r.returncode, r.stdout.splitlines(), start, r.stderr, f"consume -o {start}")
     assert r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr
+
+
+def test_local_consume_from_past_the_damage_reads_every_record(pristine, tmp_path):
+    """1895 lies past the raised batch's claim (..1894): the batch holding it starts at 1890, which
+    the batch after it vouches for by starting exactly where it ends (store/resume.py), so the read
+    starts there (a lowered 1890 would not be followed by 1935: tests/store/test_damage_resume.py)."""
+    data_dir = _damaged(pristine, tmp_path, "raised")
+    r = _klog(data_dir, "consume", "t", "-o", "1895")
+    assert (r.returncode, r.stdout.splitlines()) == (0, EXPECTED[1895:]), r.stderr
 
 
 def _confluent(bootstrap: str, start: int) -> tuple[int, list[bytes], bytes]:

@@ -1,0 +1,61 @@
+"""--discard-damaged over replicas all damaged (none intact to re-copy from): each keeps the
+batches after its damage, from the one offset every replica resumes at."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+import klog
+from klog.broker.verify import discard_damaged, plan_discards
+
+
+@pytest.fixture
+def rstore(tmp_path):
+    dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
+    with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
+        yield store, dirs
+
+
+def _batch_starts(path: str) -> list[int]:
+    with open(path, "rb") as f:
+        data = f.read()
+    out, at = [], 0
+    while at < len(data):
+        out.append(at)
+        at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
+    return out
+
+
+def _flip(path: str, at: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x01]))
+
+
+@pytest.mark.parametrize("damaged_batches", [(1, 1), (1, 2)])
+def test_every_replica_keeps_the_batches_after_the_damage(rstore, damaged_batches):
+    store, dirs = rstore
+    store.create_topic("t", replication_factor=2)
+    with store.producer() as p:
+        for b in range(4):
+            for i in range(100):
+                p.send("t", b"%d" % (b * 100 + i), partition=0)
+            p.flush()
+    logs = [glob.glob(os.path.join(d, "t-0", "*.log"))[0] for d in dirs]
+    for path, batch in zip(logs, damaged_batches, strict=True):
+        _flip(path, _batch_starts(path)[batch] + 100)
+    resume = 100 * (max(damaged_batches) + 1)
+    [plan] = plan_discards(store, "t")
+    assert (plan.damaged_from, plan.resume) == (100, resume)
+    [done] = discard_damaged(store, "t")
+    assert done.lost == f"0..{resume - 1}"
+    assert all(r["ok"] for r in store.verify("t")), store.verify("t")
+    assert [r.value for r in store.consumer("t")] == [b"%d" % i for i in range(resume, 400)]
+    for d in dirs:  # each replica holds the kept batches itself
+        assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "t-0", "*.log")))[0] == \
+            f"{resume:020d}.log"
