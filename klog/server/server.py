@@ -295,31 +295,37 @@ class Server:
                 self.store.close()
                 self.store = None
             raise
+        try:
+            await self._start_claimed()
+        except BaseException:
+            # whatever failed (a TLS key that does not load, a listener's address in use, a service's
+            # start-up): nothing stays open, and the store is free again, in a process that lives on
+            # (an embedding that fixes its configuration and starts another Server on the same store)
+            try:
+                await self.stop()
+            finally:
+                if self._own_store and self.store is not None:
+                    self.store.close()
+                    self.store = None
+                self._claim.release()
+            raise
+
+    async def _start_claimed(self) -> None:
+        """start() once this server holds the store's serve lock."""
+        assert self.store is not None
+        self._stopped = asyncio.Event()  # (first: stop() closes what a failed start made)
+        self._loop = asyncio.get_running_loop()
         self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
         self.flush_executor = HopPool(FLUSH_THREADS, thread_name_prefix="klog-serve-flush")
         self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
-        self._stopped = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
-        try:
-            for lst in self.listeners:
-                tls = self.security.ssl_context() if lst.tls else None
-                socks = listening_sockets(lst.host, lst.port)
-                self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._protocol, lst), tls)
-                                    for sock in socks]
-                self.ports[lst] = socks[0].getsockname()[1]
-        except OSError:  # address in use, unknown host: nothing stays open
-            for acceptor in self._acceptors:
-                acceptor.close()
-            self.executor.shutdown(wait=False)
-            self.append_executor.shutdown(wait=False)
-            self.parse_executor.shutdown(wait=False)
-            if self._own_store:
-                self.store.close()
-                self.store = None
-            self._claim.release()
-            raise
+        for lst in self.listeners:  # (address in use, unknown host, a TLS key that does not load: start() closes)
+            tls = self.security.ssl_context() if lst.tls else None
+            socks = listening_sockets(lst.host, lst.port)
+            self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._protocol, lst), tls)
+                                for sock in socks]
+            self.ports[lst] = socks[0].getsockname()[1]
         for acceptor in self._acceptors:
             acceptor.start()
         self.port = self.ports[self.listeners[0]]
