@@ -848,7 +848,7 @@ class Server:
             throttle_ms = max(throttle_ms, throttle)
             if answer is None:  # acks=0
                 continue
-            if answer.__class__ is Acks0Failed:  # (the group's requests all have acks=0 then: none was answered)
+            if answer.__class__ is Acks0Failed:  # (the requests before it were answered; none after it was handled)
                 return _acks0_failed(answer, peer, item.client_id, item.prefix.correlation_id)
             answer = with_throttle(answer, throttle)
             if isinstance(answer, framing.RawBody):
