@@ -203,12 +203,19 @@ def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: d
     found = ctx.store.topics.find(topic)
     if found is None or not 0 <= index < len(found.partitions):
         return E.unknown_topic_or_partition
-    meta = found.partitions[index]
-    if target in meta.replicas:
-        return E.none  # already there
-    source = _source_replica(meta)
+    source = -1
     try:
-        move_replica(ctx.store, topic, index, source, target, warn=lambda m: ctx.log.info("%s", m))
+        # the replicas read under the partition's lock, which the move holds: a move of it by another
+        # connection (or `klog topics reassign`) made meanwhile is seen, not undone nor refused
+        with ctx.store.partition(topic, index).lock:
+            found = ctx.store.topics.find(topic)
+            if found is None or not 0 <= index < len(found.partitions):
+                return E.unknown_topic_or_partition
+            meta = found.partitions[index]
+            if target in meta.replicas:
+                return E.none  # already there
+            source = _source_replica(meta)
+            move_replica(ctx.store, topic, index, source, target, warn=lambda m: ctx.log.info("%s", m))
     except (UnknownTopicError, UnknownPartitionError):
         return E.unknown_topic_or_partition
     except (StorageError, OSError, KlogError) as e:

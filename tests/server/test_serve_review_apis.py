@@ -49,3 +49,64 @@ def test_a_failed_acks0_produce_stops_the_requests_queued_behind_it(kafka_server
                      + _frame(2, "mixed", 0, batch([b"once"]), acks=1))
         assert _closed(sock)
     assert kafka_server.store.offsets("mixed") == {0: 0}
+
+
+# -- AlterReplicaLogDirs --------------------------------------------------------------------------------
+@pytest.fixture
+def two_dirs(data_dir):
+    """The store's two log directories by id; topic t's two partitions one in each."""
+    import os
+
+    import klog
+
+    with klog.open(data_dir) as store:
+        store.add_dir(os.path.join(data_dir, "disk2"))
+        store.create_topic("t", 2)
+        return {d: store.data_dir.log_dir_path(d) for d in store.log_dir_ids()}
+
+
+def _move(port: int, path: str, topic: str, partitions: tuple[int, ...], version: int = 2) -> dict[int, int]:
+    from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDir, AlterReplicaLogDirTopic
+
+    from tests.serve_helpers import RawClient
+
+    with RawClient(port) as client:
+        client.sock.settimeout(60)
+        answer = client.send(34, version, dirs=(AlterReplicaLogDir(path=path, topics=(
+            AlterReplicaLogDirTopic(name=topic, partitions=partitions),)),))
+    return {int(p.partition_index): int(p.error_code) for t in answer.results for p in t.partitions}
+
+
+@pytest.mark.slow
+def test_concurrent_moves_of_one_partition_each_answer_as_kafka(data_dir, two_dirs):
+    """Two connections move one partition at once, to the same directory and then each to another:
+    each answer is Kafka's (no error: the partition is, or goes, there), never UNKNOWN_SERVER_ERROR from a
+    move that read the partition's replicas before the other one changed them; no record lost."""
+    import threading
+
+    import klog
+    from tests.serve_helpers import RawClient, batch, produce
+
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server:
+        home = list(server.store.topic("t").partitions[0].replicas)[0]
+        other = next(d for d in two_dirs if d != home)
+        with RawClient(server.port) as client:
+            for i in range(40):  # a partition whose copy takes a moment
+                assert produce(client, "t", 0, batch([bytes([i]) * 50_000] * 4))[0] == 0
+        for targets in ([other, other], [home, other], [other, home]):
+            barrier = threading.Barrier(len(targets))
+            answers: list[dict[int, int]] = [{} for _ in targets]
+
+            def move(i: int, target: int, barrier: threading.Barrier) -> None:
+                barrier.wait(10)
+                answers[i] = _move(server.port, two_dirs[target], "t", (0,))  # noqa: B023 - joined below
+
+            threads = [threading.Thread(target=move, args=(i, t, barrier)) for i, t in enumerate(targets)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert answers == [{0: 0}] * len(targets), (targets, answers)
+    with klog.open(data_dir) as store:
+        assert store.offsets("t")[0] == 160
+        assert not [p for p in store.verify("t") if p["problems"]]
