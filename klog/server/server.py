@@ -143,6 +143,9 @@ class Server:
         # connections sending huge frames queue behind each other, not in front of Metadata
         self.parse_executor: ThreadPoolExecutor | None = None
         self.flush_executor: HopPool | None = None  # see FLUSH_THREADS
+        # AlterReplicaLogDirs' moves (each copies a partition, seconds for a big one): one at a time, in
+        # a thread of their own, never holding the threads every client's Metadata and groups need
+        self.move_executor: HopPool | None = None
         self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
@@ -318,6 +321,7 @@ class Server:
         self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
         self.flush_executor = HopPool(FLUSH_THREADS, thread_name_prefix="klog-serve-flush")
+        self.move_executor = HopPool(1, thread_name_prefix="klog-serve-move")
         self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
         self.security = ServerSecurity(self.security_config, self.store)
         for lst in self.listeners:  # (address in use, unknown host, a TLS key that does not load: start() closes)
@@ -459,6 +463,8 @@ class Server:
             self.append_executor.shutdown(wait=True)
         if self.flush_executor is not None:
             self.flush_executor.shutdown(wait=True)
+        if self.move_executor is not None:
+            self.move_executor.shutdown(wait=True)
         if self.parse_executor is not None:
             self.parse_executor.shutdown(wait=True)
         if self.security is not None:

@@ -110,3 +110,44 @@ def test_concurrent_moves_of_one_partition_each_answer_as_kafka(data_dir, two_di
     with klog.open(data_dir) as store:
         assert store.offsets("t")[0] == 160
         assert not [p for p in store.verify("t") if p["problems"]]
+
+
+def test_a_long_move_holds_no_thread_other_clients_need(data_dir, two_dirs, monkeypatch):
+    """A move copies the partition (Kafka moves in the background, klog answers once moved): while it
+    copies, another client's Metadata (answered in the server's threads) is answered, not queued behind
+    it, even with one worker thread (moves have their own)."""
+    import threading
+    import time
+
+    from klog.broker import replication
+
+    copying, go_on = threading.Event(), threading.Event()
+    real = replication.move_replica
+
+    def slow_move(*args, **kwargs):  # a big partition's copy: until the Metadata below is answered
+        copying.set()
+        go_on.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replication, "move_replica", slow_move)
+    from tests.serve_helpers import RawClient
+
+    with Server(data_dir, listen=("127.0.0.1", 0), workers=1) as server:
+        home = list(server.store.topic("t").partitions[0].replicas)[0]
+        other = next(d for d in two_dirs if d != home)
+        moved: list[dict[int, int]] = []
+        mover = threading.Thread(target=lambda: moved.append(_move(server.port, two_dirs[other], "t", (0,))))
+        mover.start()
+        try:
+            assert copying.wait(10)
+            started = time.monotonic()
+            with RawClient(server.port) as client:
+                assert client.send(3, 9, topics=None, allow_auto_topic_creation=False,
+                                   include_cluster_authorized_operations=False,
+                                   include_topic_authorized_operations=False).topics
+            assert not go_on.is_set() and time.monotonic() - started < 5  # answered while the move waits
+        finally:
+            go_on.set()
+            mover.join(30)
+        assert moved == [{0: 0}]
+        assert list(server.store.topic("t").partitions[0].replicas) == [other]
