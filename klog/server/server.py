@@ -33,6 +33,7 @@ from klog.protocol.walk import (
     ArrayPastFrame,
     TooManyEntries,
     count_entries,
+    with_timedeltas_in_range,
     with_valid_strings,
     without_unknown_tags,
 )
@@ -713,7 +714,11 @@ class Server:
                 request = framing.parse_body(frame, body_at, schema, prefix.api_version)
             except framing.FrameError as e:
                 # tagged fields the schema does not know are skipped, as Kafka skips them (kio refuses them)
-                without = without_unknown_tags(frame, body_at, schema) if "tagged field" in str(e) else None
+                # and a timedelta_i64 past what kio reads (Kafka reads any long) is read as its bound
+                text = str(e)
+                without = (without_unknown_tags(frame, body_at, schema) if "tagged field" in text else
+                           with_timedeltas_in_range(frame, body_at, schema) if "milliseconds overflow" in text
+                           else None)
                 if without is None:
                     raise
                 request = framing.parse_body(without, body_at, schema, prefix.api_version)

@@ -151,3 +151,98 @@ def test_a_long_move_holds_no_thread_other_clients_need(data_dir, two_dirs, monk
             mover.join(30)
         assert moved == [{0: 0}]
         assert list(server.store.topic("t").partitions[0].replicas) == [other]
+
+
+# -- delegation tokens, OffsetCommit: a long past what a Python timedelta holds ----------------------------
+MARK_MS = 0x0123456789AB  # a period written by kio, then its 8 bytes replaced by a hostile long
+
+
+def _with_long(api_key: int, version: int, correlation: int, value: int, **fields: object) -> bytes:
+    """A request frame whose timedelta_i64 field (given as MARK_MS) holds `value` instead."""
+    import io
+    import struct
+
+    from kio.schema.request_header.v1.header import RequestHeader as H1
+    from kio.schema.request_header.v2.header import RequestHeader as H2
+    from kio.serial import entity_writer
+
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import request_schema
+
+    cls = request_schema(api_key, version)
+    header = H2 if cls.__flexible__ else H1
+    buf = io.BytesIO()
+    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
+                                      correlation_id=correlation, client_id="longs"))
+    entity_writer(cls)(buf, make(cls, **fields))
+    frame = buf.getvalue()
+    mark = struct.pack(">q", MARK_MS)
+    assert frame.count(mark) == 1
+    return frame.replace(mark, struct.pack(">q", value))
+
+
+def _period():  # noqa: ANN202 - kio's i64Timedelta
+    import datetime
+
+    from kio.static.primitive import i64Timedelta
+
+    return i64Timedelta.parse(datetime.timedelta(milliseconds=MARK_MS))
+
+
+@pytest.mark.parametrize("value", [2**63 - 1, -(2**63)], ids=["max", "min"])
+def test_token_requests_holding_any_long_are_answered_not_closed(kafka_server, value):
+    """Kafka reads any long as a token's max lifetime, renew or expiry period (kafka-delegation-tokens
+    passes what it is given); kio's reader refused one past a timedelta's range and the connection
+    closed. Each version is answered as any other value is: not allowed on PLAINTEXT."""
+    import importlib
+    import struct
+
+    from klog.protocol.schemas import request_schema
+    from tests.serve_helpers import RawClient
+    from tests.server.test_serve_tokens import NOT_ALLOWED, create_answer, renewal_answer
+
+    with RawClient(kafka_server.port) as client:
+        correlation = 0
+
+        def answer(frame: bytes, flexible: bool) -> bytes:
+            nonlocal correlation
+            client.send_raw(frame)
+            (size,) = struct.unpack(">i", client._exactly(4))
+            got = client._exactly(size)
+            assert struct.unpack_from(">i", got)[0] == correlation
+            return got[4 + (1 if flexible else 0):]
+
+        for version in range(4):
+            correlation += 1
+            cls = request_schema(38, version)
+            renewers = (importlib.import_module(cls.__module__).CreatableRenewers(principal_type="User",
+                                                                               principal_name="bob"),)
+            frame = _with_long(38, version, correlation, value, owner_principal_type=None, owner_principal_name=None,
+                               renewers=renewers, max_lifetime=_period())
+            assert create_answer(answer(frame, cls.__flexible__), version)["error"] == NOT_ALLOWED
+        for api_key, field in ((39, "renew_period"), (40, "expiry_time_period")):
+            for version in range(3):
+                correlation += 1
+                frame = _with_long(api_key, version, correlation, value, hmac=b"h", **{field: _period()})
+                flexible = request_schema(api_key, version).__flexible__
+                assert renewal_answer(answer(frame, flexible)) == (NOT_ALLOWED, -1)
+        assert client.send(18, 0).error_code == 0  # the same connection, still served
+
+
+def test_offset_commit_v2_with_a_huge_retention_time_commits(kafka_server):
+    """OffsetCommit v2-v4's retention time (a long; clients send -1) past a timedelta's range: Kafka
+    commits (the broker's retention applies since Kafka 2.1), klog closed the connection."""
+    from kio.schema.offset_commit.v2.request import OffsetCommitRequestPartition, OffsetCommitRequestTopic
+    from kio.schema.offset_commit.v2.response import OffsetCommitResponse
+
+    from tests.serve_helpers import RawClient
+
+    kafka_server.store.create_topic("kept", 1)
+    with RawClient(kafka_server.port) as client:
+        client.correlation = 9
+        client.send_raw(_with_long(8, 2, 9, 2**63 - 1, group_id="keeper", generation_id_or_member_epoch=-1,
+                                   member_id="", retention_time=_period(), topics=(OffsetCommitRequestTopic(
+                                       name="kept", partitions=(OffsetCommitRequestPartition(
+                                           partition_index=0, committed_offset=0, committed_metadata=None),)),)))
+        answer = client.read(OffsetCommitResponse)
+        assert [[p.error_code for p in t.partitions] for t in answer.topics] == [[0]]
