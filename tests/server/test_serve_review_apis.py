@@ -303,3 +303,35 @@ def _move_quietly(port: int, path: str) -> None:
         _move(port, path, "t", (0,))
     except (OSError, ConnectionError):
         pass  # (the server is killed under it)
+
+
+def test_token_requests_past_the_entry_bound_are_refused_in_an_answer(data_dir):
+    """A CreateDelegationToken naming more renewers than --max-request-entries (or a Describe more
+    owners) is refused as every such request is, INVALID_REQUEST with Kafka's -1 error timestamps: the
+    refusal's answer could not be written (its timestamps were ints) and the connection closed on an
+    internal error."""
+    import importlib
+    import struct
+
+    from klog.protocol.schemas import request_schema
+    from klog.server.limits import ServeLimits
+    from tests.serve_helpers import RawClient
+    from tests.server.test_serve_tokens import create_answer
+
+    with Server(data_dir, listen=("127.0.0.1", 0), limits=ServeLimits(max_request_entries=100)) as server, \
+            RawClient(server.port) as client:
+        for version in range(4):
+            cls = request_schema(38, version)
+            renewer = importlib.import_module(cls.__module__).CreatableRenewers
+            client.send_raw(_with_long(38, version, version, -1, owner_principal_type=None, owner_principal_name=None,
+                                       max_lifetime=_period(), renewers=tuple(
+                                           renewer(principal_type="User", principal_name=f"u{i}") for i in range(500))))
+            (size,) = struct.unpack(">i", client._exactly(4))
+            got = create_answer(client._exactly(size)[4 + (1 if cls.__flexible__ else 0):], version)
+            assert (got["error"], got["issue"], got["expiry"], got["max"]) == (42, -1, -1, -1)
+        for version in range(4):
+            cls = request_schema(41, version)
+            owner = importlib.import_module(cls.__module__).DescribeDelegationTokenOwner
+            answer = client.send(41, version, owners=tuple(owner(principal_type="User", principal_name=f"u{i}")
+                                                           for i in range(500)))
+            assert (answer.error_code, answer.tokens) == (42, ())
