@@ -335,3 +335,61 @@ def test_token_requests_past_the_entry_bound_are_refused_in_an_answer(data_dir):
             answer = client.send(41, version, owners=tuple(owner(principal_type="User", principal_name=f"u{i}")
                                                            for i in range(500)))
             assert (answer.error_code, answer.tokens) == (42, ())
+
+
+@pytest.mark.slow
+def test_moves_while_another_process_produces_and_the_server_serves(data_dir, two_dirs):
+    """`klog produce` in another process writes t-0 line by line while AlterReplicaLogDirs moves t-0
+    back and forth and a client of the server produces to it and fetches: every record of both is there
+    once, in each writer's order, and the segments verify."""
+    import subprocess
+    import sys
+    import threading
+
+    import klog
+    from tests.conftest import REPO
+    from tests.serve_helpers import RawClient, batch, produce
+
+    lines = 4000
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    with Server(data_dir, listen=("127.0.0.1", 0)) as server:
+        writer = subprocess.Popen([sys.executable, "-m", "klog", "produce", "t", "-p", "0", "--linger-ms", "0",
+                                   "--batch-size", "200"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        stop = threading.Event()
+        served: list[int] = []
+
+        def serve_side() -> None:
+            with RawClient(server.port) as client:
+                client.sock.settimeout(60)
+                i = 0
+                while not stop.is_set() and i < 2000:
+                    error, _ = produce(client, "t", 0, batch([b"s%d" % i]))
+                    assert error == 0
+                    served.append(i)
+                    i += 1
+
+        side = threading.Thread(target=serve_side)
+        side.start()
+        try:
+            feeder = threading.Thread(target=lambda: (writer.stdin.write(b"".join(b"p%d\n" % i for i in range(lines))),
+                                                      writer.stdin.close()))
+            feeder.start()
+            moves = 0
+            while moves < 4 or (writer.poll() is None and moves < 40):  # (moves while it writes)
+                where = list(server.store.topic("t").partitions[0].replicas)[0]
+                target = next(d for d in two_dirs if d != where)
+                assert _move(server.port, two_dirs[target], "t", (0,)) == {0: 0}
+                moves += 1
+            feeder.join(60)
+            writer.wait(120)
+            err = writer.stderr.read()
+            assert writer.returncode == 0, err
+        finally:
+            stop.set()
+            side.join(60)
+            writer.kill()
+    with klog.open(data_dir) as store:
+        values = [r.value for r in store.consumer("t", partitions=[0])]
+        assert [v for v in values if v.startswith(b"p")] == [b"p%d" % i for i in range(lines)]
+        assert [v for v in values if v.startswith(b"s")] == [b"s%d" % i for i in served]
+        assert not [p for p in store.verify("t") if p["problems"]]
