@@ -129,6 +129,32 @@ def with_valid_strings(frame: bytes, offset: int, schema: type) -> bytes | None:
     return bytes(out + frame[copied:])
 
 
+# the milliseconds kio reads into a timedelta_i64 (its microseconds must fit an int64): it refuses more
+TIMEDELTA_MS_MAX = 9_223_372_036_854_775
+_I64 = struct.Struct(">q")
+
+
+def with_timedeltas_in_range(frame: bytes, offset: int, schema: type) -> bytes | None:
+    """`frame` with each timedelta_i64 of its body (of type `schema`, at `offset`) past what kio can
+    read (+-TIMEDELTA_MS_MAX ms, ~292,000 years) written as that bound: Kafka reads any long there
+    (a token's max lifetime, OffsetCommit v2-v4's retention time, none of which klog's answers depend
+    on), kio's reader refuses the whole request. None: every one is in range, or the body cannot be
+    walked."""
+    walker = _Walker(frame, len(frame) + 1)
+    walker.strings, walker.timedeltas = [], []
+    try:
+        walker.entity(schema, offset)
+    except (Truncated, struct.error, IndexError, ArrayPastFrame, TooManyEntries):
+        return None
+    if not walker.timedeltas:
+        return None
+    out = bytearray(frame)
+    for pos in walker.timedeltas:
+        value = _I64.unpack_from(frame, pos)[0]
+        _I64.pack_into(out, pos, TIMEDELTA_MS_MAX if value > 0 else -TIMEDELTA_MS_MAX)
+    return bytes(out)
+
+
 def uvarint_bytes(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
@@ -206,6 +232,7 @@ def _flat(cls: type) -> tuple[int, ...] | None:
 # walk then pays an op, not a field.
 _UNKNOWN = -4
 _CHECKED_STRING = -5  # a string whose bytes the walk checks are UTF-8 (with_valid_strings' programs)
+_CHECKED_TIMEDELTA = -6  # a timedelta_i64 whose value the walk checks (with_timedeltas_in_range)
 _ARRAY, _STRUCT, _TAGS = 0, 1, 2
 _programs: dict[tuple[type, bool], tuple] = {}
 
@@ -235,6 +262,8 @@ def _program(cls: type, checked: bool = False) -> tuple:
 
 
 def _primitive_op(kafka_type: str | None, checked: bool = False) -> int:
+    if checked and kafka_type == "timedelta_i64":
+        return _CHECKED_TIMEDELTA
     fixed = _FIXED.get(kafka_type or "")
     if fixed is not None:
         return fixed
@@ -255,6 +284,8 @@ class _Walker:
         self.unknown_tags: list | None = None
         # (start, data start, data end, compact) of each string that is not valid UTF-8; None: not looked for
         self.strings: list | None = None
+        # where each timedelta_i64 past what kio reads starts (with_timedeltas_in_range); None: not looked for
+        self.timedeltas: list | None = None
 
     def _uvarint(self, pos: int) -> tuple[int, int]:
         return read_uvarint(self.frame, pos, self.size)
@@ -356,6 +387,12 @@ class _Walker:
             raise Truncated  # a type this walk does not know: leave the request to kio's parse
         if op == _CHECKED_STRING:
             return self._checked_string(pos)
+        if op == _CHECKED_TIMEDELTA:
+            if pos + 8 > self.size:
+                raise Truncated
+            if self.timedeltas is not None and abs(_I64.unpack_from(self.frame, pos)[0]) > TIMEDELTA_MS_MAX:
+                self.timedeltas.append(pos)
+            return pos + 8
         if self.flexible:  # compact: uvarint length + 1
             if pos < self.size and frame[pos] < 0x80:
                 return pos + max(frame[pos], 1)  # (0: null)

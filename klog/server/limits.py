@@ -217,6 +217,8 @@ def _filled(cls: type, error: Any, message: str) -> Any:
             values[f.name] = i32Timedelta.parse(datetime.timedelta(0))
         elif kafka_type == "timedelta_i64":
             values[f.name] = i64Timedelta.parse(datetime.timedelta(0))
+        elif kafka_type == "datetime_i64":  # -1, as Kafka's error answers (a delegation token's timestamps)
+            values[f.name] = datetime.datetime.fromtimestamp(0, tz=datetime.UTC) - datetime.timedelta(milliseconds=1)
         elif kafka_type == "uuid":
             values[f.name] = uuid.UUID(int=0)
         elif kafka_type == "string":

@@ -203,12 +203,19 @@ def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: d
     found = ctx.store.topics.find(topic)
     if found is None or not 0 <= index < len(found.partitions):
         return E.unknown_topic_or_partition
-    meta = found.partitions[index]
-    if target in meta.replicas:
-        return E.none  # already there
-    source = _source_replica(meta)
+    source = -1
     try:
-        move_replica(ctx.store, topic, index, source, target, warn=lambda m: ctx.log.info("%s", m))
+        # the replicas read under the partition's lock, which the move holds: a move of it by another
+        # connection (or `klog topics reassign`) made meanwhile is seen, not undone nor refused
+        with ctx.store.partition(topic, index).lock:
+            found = ctx.store.topics.find(topic)
+            if found is None or not 0 <= index < len(found.partitions):
+                return E.unknown_topic_or_partition
+            meta = found.partitions[index]
+            if target in meta.replicas:
+                return E.none  # already there
+            source = _source_replica(meta)
+            move_replica(ctx.store, topic, index, source, target, warn=lambda m: ctx.log.info("%s", m))
     except (UnknownTopicError, UnknownPartitionError):
         return E.unknown_topic_or_partition
     except (StorageError, OSError, KlogError) as e:
@@ -246,6 +253,11 @@ def _alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
 @register(ALTER_REPLICA_LOG_DIRS, 0, 2)
 async def alter_replica_log_dirs(ctx: RequestContext, request: Any) -> Any:
     """`kafka-reassign-partitions --execute` with log_dirs in its plan, kafka-python's
-    alter_replica_log_dirs: moves run in the server's threads (a move copies the partition), not on the
-    event loop; Kafka answers at once and moves in the background, klog answers once moved."""
-    return await ctx.run_blocking(_alter_replica_log_dirs, ctx, request)
+    alter_replica_log_dirs: moves run in a thread (a move copies the partition), not on the
+    event loop; Kafka answers at once and moves in the background, klog answers once moved. Moves
+    run one at a time in the server's move thread: a long one holds none of the threads other clients'
+    requests need."""
+    from klog.server.hop import in_thread
+
+    pool = getattr(ctx.server, "move_executor", None) or ctx.executor
+    return await in_thread(pool, _alter_replica_log_dirs, ctx, request)

@@ -130,7 +130,14 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
 
     first = requests[0]
     if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks for r in requests):
-        return [await produce(context_of(i), r) for i, r in enumerate(requests)]
+        answers: list[Any] = []
+        for i, r in enumerate(requests):
+            answers.append(await produce(context_of(i), r))
+            if answers[-1].__class__ is Acks0Failed:
+                # the connection closes on it: Kafka handles nothing queued behind it (an acks=1
+                # request appended here would be unanswered, and a retry would write it twice)
+                return answers + [answers[-1]] * (len(requests) - len(answers))
+        return answers
     merged = SimpleNamespace(acks=first.acks, transactional_id=None,
                              topic_data=[t for r in requests for t in r.topic_data])
     ctx = context_of(0)

@@ -33,6 +33,7 @@ from klog.protocol.walk import (
     ArrayPastFrame,
     TooManyEntries,
     count_entries,
+    with_timedeltas_in_range,
     with_valid_strings,
     without_unknown_tags,
 )
@@ -143,6 +144,9 @@ class Server:
         # connections sending huge frames queue behind each other, not in front of Metadata
         self.parse_executor: ThreadPoolExecutor | None = None
         self.flush_executor: HopPool | None = None  # see FLUSH_THREADS
+        # AlterReplicaLogDirs' moves (each copies a partition, seconds for a big one): one at a time, in
+        # a thread of their own, never holding the threads every client's Metadata and groups need
+        self.move_executor: HopPool | None = None
         self._append_slots: dict[tuple[str, int], asyncio.Lock] = {}
         self.broker: BrokerInfo | None = None
         self.coordinator: Any = None
@@ -295,31 +299,38 @@ class Server:
                 self.store.close()
                 self.store = None
             raise
+        try:
+            await self._start_claimed()
+        except BaseException:
+            # whatever failed (a TLS key that does not load, a listener's address in use, a service's
+            # start-up): nothing stays open, and the store is free again, in a process that lives on
+            # (an embedding that fixes its configuration and starts another Server on the same store)
+            try:
+                await self.stop()
+            finally:
+                if self._own_store and self.store is not None:
+                    self.store.close()
+                    self.store = None
+                self._claim.release()
+            raise
+
+    async def _start_claimed(self) -> None:
+        """start() once this server holds the store's serve lock."""
+        assert self.store is not None
+        self._stopped = asyncio.Event()  # (first: stop() closes what a failed start made)
+        self._loop = asyncio.get_running_loop()
         self.executor = HopPool(self.workers, thread_name_prefix="klog-serve")
         self.append_executor = HopPool(self.workers, thread_name_prefix="klog-serve-append")
         self.flush_executor = HopPool(FLUSH_THREADS, thread_name_prefix="klog-serve-flush")
+        self.move_executor = HopPool(1, thread_name_prefix="klog-serve-move")
         self.parse_executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="klog-serve-parse")
-        self._stopped = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
         self.security = ServerSecurity(self.security_config, self.store)
-        try:
-            for lst in self.listeners:
-                tls = self.security.ssl_context() if lst.tls else None
-                socks = listening_sockets(lst.host, lst.port)
-                self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._protocol, lst), tls)
-                                    for sock in socks]
-                self.ports[lst] = socks[0].getsockname()[1]
-        except OSError:  # address in use, unknown host: nothing stays open
-            for acceptor in self._acceptors:
-                acceptor.close()
-            self.executor.shutdown(wait=False)
-            self.append_executor.shutdown(wait=False)
-            self.parse_executor.shutdown(wait=False)
-            if self._own_store:
-                self.store.close()
-                self.store = None
-            self._claim.release()
-            raise
+        for lst in self.listeners:  # (address in use, unknown host, a TLS key that does not load: start() closes)
+            tls = self.security.ssl_context() if lst.tls else None
+            socks = listening_sockets(lst.host, lst.port)
+            self._acceptors += [Acceptor(sock, self.gate, functools.partial(self._protocol, lst), tls)
+                                for sock in socks]
+            self.ports[lst] = socks[0].getsockname()[1]
         for acceptor in self._acceptors:
             acceptor.start()
         self.port = self.ports[self.listeners[0]]
@@ -453,6 +464,8 @@ class Server:
             self.append_executor.shutdown(wait=True)
         if self.flush_executor is not None:
             self.flush_executor.shutdown(wait=True)
+        if self.move_executor is not None:
+            self.move_executor.shutdown(wait=True)
         if self.parse_executor is not None:
             self.parse_executor.shutdown(wait=True)
         if self.security is not None:
@@ -701,7 +714,11 @@ class Server:
                 request = framing.parse_body(frame, body_at, schema, prefix.api_version)
             except framing.FrameError as e:
                 # tagged fields the schema does not know are skipped, as Kafka skips them (kio refuses them)
-                without = without_unknown_tags(frame, body_at, schema) if "tagged field" in str(e) else None
+                # and a timedelta_i64 past what kio reads (Kafka reads any long) is read as its bound
+                text = str(e)
+                without = (without_unknown_tags(frame, body_at, schema) if "tagged field" in text else
+                           with_timedeltas_in_range(frame, body_at, schema) if "milliseconds overflow" in text
+                           else None)
                 if without is None:
                     raise
                 request = framing.parse_body(without, body_at, schema, prefix.api_version)
@@ -842,7 +859,7 @@ class Server:
             throttle_ms = max(throttle_ms, throttle)
             if answer is None:  # acks=0
                 continue
-            if answer.__class__ is Acks0Failed:  # (the group's requests all have acks=0 then: none was answered)
+            if answer.__class__ is Acks0Failed:  # (the requests before it were answered; none after it was handled)
                 return _acks0_failed(answer, peer, item.client_id, item.prefix.correlation_id)
             answer = with_throttle(answer, throttle)
             if isinstance(answer, framing.RawBody):
