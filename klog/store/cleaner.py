@@ -55,6 +55,7 @@ import errno
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -520,6 +521,8 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
         cleaned.flush()
         os.fsync(cleaned.fileno())
         cleaned.close()
+        if written == 0:
+            _keep_age(segment, size, temps[0])
         index_data, time_data = _index_entries(layout, segment.base_offset, log.config.index_interval_bytes)
         _write_synced(temps[1], index_data)
         _write_synced(temps[2], time_data)
@@ -533,6 +536,19 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
     return CleanedSegment(segment.base_offset, segment.directory, temps, tuple(txns.index))
+
+
+def _keep_age(segment: LogSegment, size: int, emptied: str) -> None:
+    """An emptied segment's rewrite keeps the age time retention gives the segment: with no record
+    left, retention takes a segment's file modification time (retention.largest_timestamp, as Kafka's
+    LogSegment.largestTimestamp), which the rewrite would set to the cleaning's time, holding back
+    time retention of everything after it by retention.ms. It gets the source's largest record
+    timestamp (else its modification time, as Kafka's cleaner gives a cleaned segment its source's)."""
+    largest = largest_timestamp(segment, size)
+    if largest < 0:
+        os.utime(emptied, ns=(time.time_ns(), os.stat(segment.log_path).st_mtime_ns))
+    else:
+        os.utime(emptied, ns=(time.time_ns(), largest * 1_000_000))
 
 
 def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001

@@ -1,0 +1,88 @@
+"""A review of compaction's gaps (emptied batches and segments removed): what users see of them in
+time retention, `dirs import` of a Kafka-compacted log and the readers after a policy change.
+
+Method: compacted topics written through the public producer, cleaned with lifecycle.compact at
+chosen clocks (or Kafka-format folders written byte by byte), then retained, imported, altered and
+read back through `klog consume` / the store's consumer, compared with the records that must stay."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from klog.broker import lifecycle
+from tests.broker.test_compaction import T0, clock_at
+from tests.kafka_files import v2_batch, write_segment
+
+DAY = 86_400_000
+COMPACTED = {"cleanup.policy": "compact,delete", "segment.bytes": "600", "index.interval.bytes": "100",
+             "retention.ms": "-1"}
+
+
+def _offsets(cli, topic, *extra):
+    r = cli("consume", topic, "-o", "beginning", "-F", "%o\\n", *extra)
+    assert r.exit_code == 0, r.stderr
+    return [int(o) for o in r.out.split()]
+
+
+@pytest.mark.slow
+def test_time_retention_goes_past_a_segment_the_cleaner_emptied(store):
+    """A segment whose batches all went is an empty file, whose age retention takes from its
+    modification time: the rewrite made it as new as the cleaning, so time retention stopped there
+    and kept everything after it retention.ms longer (here: 10-day-old records kept with 1 day)."""
+    store.create_topic("c", 1, configs=COMPACTED)
+    with store.producer() as p:  # a key of its own every 12th record: segments of "x" only empty whole
+        for i in range(60):
+            p.send("c", b"v" * 30, key=b"u%d" % i if i % 12 == 0 else b"x", partition=0, timestamp=T0 + i)
+            p.flush()
+    lifecycle.compact(store, "c", clock=clock_at(T0 + 1000))
+    leader = store.partition("c", 0).leader
+    sizes = [os.path.getsize(leader.segments[b].log_path) for b in leader.bases]
+    assert 0 in sizes[1:-1]  # an emptied segment between segments with records
+    active = leader.bases[-1]
+    store.alter_topic("c", set_configs={"retention.ms": str(DAY)})
+    [result] = lifecycle.clean(store, "c", clock=clock_at(T0 + 10 * DAY))
+    assert result.log_start_after == active  # every sealed segment was older than a day
+    assert [r.offset for r in store.consumer("c")] == list(range(active, 60))
+
+
+def _kafka_compacted_folder(tmp_path, gap_at_active=False):
+    """A Kafka-compacted partition folder (its cleaner dropped emptied batches: no klog marker)."""
+    now = int(time.time() * 1000) - 60_000
+    folder = str(tmp_path / "k" / "cmp-0")
+    if gap_at_active:  # the sealed segment ends in a gap: offsets 2..4 went, the active one starts at 5
+        write_segment(folder, 0, [v2_batch(0, [(b"a", b"1", now), (b"b", b"2", now)])])
+        write_segment(folder, 5, [v2_batch(5, [(b"c", b"3", now)])])
+        return folder, [0, 1, 5]
+    write_segment(folder, 0, [v2_batch(0, [(b"a", b"1", now), (b"b", b"2", now)]),
+                              v2_batch(5, [(b"c", b"3", now)]), v2_batch(9, [(b"a", b"4", now)])])
+    write_segment(folder, 12, [v2_batch(12, [(b"d", b"5", now)])])
+    return folder, [0, 1, 5, 9, 12]
+
+
+@pytest.mark.slow
+def test_an_imported_kafka_compacted_log_reads_whole_after_its_policy_goes_to_delete(cli, tmp_path):
+    """Kafka lets a compacted topic go to cleanup.policy=delete and reads its gaps on; klog's own
+    cleaned logs keep a klog-cleaned marker for that, and an imported Kafka-cleaned log is the same
+    log: it read "offsets 2..4 are missing", exit 1, once set to delete."""
+    folder, want = _kafka_compacted_folder(tmp_path)
+    assert cli("dirs", "import", folder).exit_code == 0
+    assert cli("topics", "alter", "cmp", "-c", "cleanup.policy=delete").exit_code == 0
+    assert _offsets(cli, "cmp") == want
+    assert _offsets(cli, "cmp", "-o", "3") == want[2:]
+    assert cli("produce", "cmp", "-K:", input=b"e:6\n").exit_code == 0
+    assert _offsets(cli, "cmp") == [*want, 13]
+    assert cli("verify").exit_code == 0
+
+
+def test_an_imported_log_whose_gap_ends_at_its_active_segment_is_compacted(cli, tmp_path):
+    """A Kafka cleaner's gap can end where the active segment starts (its last sealed batches
+    emptied): the import took the topic for a delete-policy one, and every read failed."""
+    folder, want = _kafka_compacted_folder(tmp_path, gap_at_active=True)
+    r = cli("dirs", "import", folder)
+    assert r.exit_code == 0 and "cleanup.policy=compact" in r.out + r.stderr, r.out + r.stderr
+    assert _offsets(cli, "cmp") == want
+    assert _offsets(cli, "cmp", "-o", "2") == want[2:]
+    assert cli("verify").exit_code == 0
