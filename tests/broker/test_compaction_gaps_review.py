@@ -86,3 +86,23 @@ def test_an_imported_log_whose_gap_ends_at_its_active_segment_is_compacted(cli, 
     assert _offsets(cli, "cmp") == want
     assert _offsets(cli, "cmp", "-o", "2") == want[2:]
     assert cli("verify").exit_code == 0
+
+
+@pytest.mark.slow
+def test_spark_reads_a_cleaned_topic_from_a_cluster_in_ranges_that_end_in_gaps(kafka_server, monkeypatch):
+    """Spark's source cuts a partition into offset ranges; read from a cluster (kafka.bootstrap.servers),
+    a range whose last offsets lie in a gap waited for records below its end that the cleaner had
+    removed, then failed: 'no records from ... while reading c-0 [0, 8)'."""
+    pytest.importorskip("pyarrow")
+    from klog.spark.arrow import arrow_schema, read_range_remote
+    from tests.broker.test_compaction_gaps import _spread_topic
+
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "3")
+    want = [o for o, _, _ in _spread_topic(kafka_server.store, every=12)]
+    assert want[:3] == [0, 12, 24]
+    kafka = (("bootstrap.servers", kafka_server.bootstrap),)
+    for start, end in ((0, 8), (0, 12), (1, 12), (3, 30), (13, 24), (50, 60)):
+        got = []
+        for batch in read_range_remote(kafka, "c", 0, start, end, arrow_schema()):
+            got += batch.column("offset").to_pylist()
+        assert got == [o for o in want if start <= o < end], (start, end)
