@@ -193,15 +193,13 @@ def build_offset_map(log: PartitionLog, start: int, end: int, throttler: Throttl
 class _Producer:
     last_data_offset: int | None  # the last offset of its last data batch (None: none since its epoch changed)
     epoch: int
-    last_ms: int
-    in_txn: bool = False
 
 
 def active_producers(log: PartitionLog, now_ms: int,
                      expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> dict[int, tuple[int | None, int]]:
     """Kafka's UnifiedLog.lastRecordsOfActiveProducers from the log's batch headers: producer id ->
-    (last data offset or None, epoch) of each producer not expired (an open transaction, or a batch
-    within `expiration_ms`), as its ProducerStateManager holds them: a data batch sets the last data
+    (last data offset or None, epoch) of each producer with a batch in the segments klog's producer
+    state rebuild reads (below), as Kafka's ProducerStateManager holds them: a data batch sets the last data
     offset; a marker of another epoch clears it (its epoch is then what must survive); an emptied
     marker counts for nothing. Segments whose newest timestamp is older than the expiration are
     skipped (a producer whose last batch lies there is expired), as ProducerStates' rebuild skips them."""
@@ -230,19 +228,18 @@ def active_producers(log: PartitionLog, now_ms: int,
                     continue
                 entry = states.get(pid)
                 if entry is None:
-                    entry = states[pid] = _Producer(None, header.producer_epoch, header.max_timestamp)
+                    entry = states[pid] = _Producer(None, header.producer_epoch)
                 if entry.epoch != header.producer_epoch:
                     entry.epoch, entry.last_data_offset = header.producer_epoch, None
-                entry.last_ms = header.max_timestamp
-                if header.is_control:
-                    entry.in_txn = False
-                else:
+                if not header.is_control:
                     entry.last_data_offset = header.last_offset
-                    entry.in_txn = entry.in_txn or is_transactional(header.attributes)
         except FileNotFoundError:
             continue  # deleted meanwhile (retention): its producers are older still
-    return {pid: (e.last_data_offset, e.epoch) for pid, e in states.items()
-            if e.in_txn or now_ms - e.last_ms < expiration_ms}
+    # every producer of those segments, not only those whose own last batch is recent (Kafka's
+    # isProducerExpired): klog's rebuild (broker.batches.ProducerStates._load) takes every producer
+    # of the same segments, so one writing old timestamps (a mirror, a replay) whose last batch went
+    # came back after a restart at an older sequence, and its next batch was refused as out of order
+    return {pid: (e.last_data_offset, e.epoch) for pid, e in states.items()}
 
 
 class TxnCleaning:

@@ -106,3 +106,38 @@ def test_spark_reads_a_cleaned_topic_from_a_cluster_in_ranges_that_end_in_gaps(k
         for batch in read_range_remote(kafka, "c", 0, start, end, arrow_schema()):
             got += batch.column("offset").to_pylist()
         assert got == [o for o in want if start <= o < end], (start, end)
+
+
+def test_an_idempotent_producer_writing_old_timestamps_goes_on_after_cleaning_and_a_restart(store):
+    """A producer that writes old record timestamps (a mirror or a replay keeps the source's) is
+    active for klog's producer state, which is rebuilt at a restart from every producer of the
+    recent segments; the cleaner took it for expired by its timestamps and removed its emptied
+    last batch, so the rebuild found an older one: 'sequence 12, expected 1', a fatal error for an
+    idempotent client."""
+    from klog.broker.batches import RawAppender
+    from klog.store import codec
+
+    store.create_topic("c", 1, configs={**COMPACTED, "cleanup.policy": "compact"})
+    pid, now = 4242, int(time.time() * 1000)
+    old = now - 2 * DAY
+
+    def batch(seq, key):
+        return codec.write_batch([(key, b"v" * 30, (), old)], base_offset=0, attributes=0, last_offset_delta=0,
+                                 base_timestamp=old, max_timestamp=old, producer_id=pid, producer_epoch=0,
+                                 base_sequence=seq)
+
+    appender = RawAppender(store)
+    others = []
+    for seq in range(12):  # its records of "k" overwritten by another producer's, with recent timestamps
+        appender.append("c", 0, batch(seq, b"a" if seq == 0 else b"k"), "all")
+        others.append(codec.write_batch([(b"k", b"w" * 30, (), now)], base_offset=0, attributes=0,
+                                        last_offset_delta=0, base_timestamp=now, max_timestamp=now))
+        appender.append("c", 0, others[-1], "all")
+    for i in range(8):
+        appender.append("c", 0, codec.write_batch([(b"f%d" % i, b"w" * 30, (), now)], base_offset=0, attributes=0,
+                                                  last_offset_delta=0, base_timestamp=now, max_timestamp=now), "all")
+    lifecycle.compact(store, "c", clock=clock_at(now))
+    fresh = RawAppender(store)  # a restart: the producer states are rebuilt from the log
+    end = store.partition("c", 0).high_watermark()
+    assert fresh.append("c", 0, batch(12, b"k"), "all").base_offset == end
+    assert [r.offset for r in store.consumer("c", start=str(end))] == [end]
