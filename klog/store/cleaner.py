@@ -257,7 +257,9 @@ class TxnCleaning:
     def _reach(self, offset: int) -> None:
         while self.next < len(self.pending) and self.pending[self.next].first_offset <= offset:
             txn = self.pending[self.next]
-            self.aborting.setdefault(txn.producer_id, [txn, False])
+            ongoing = self.aborting.get(txn.producer_id)
+            if ongoing is None or ongoing[0].last_offset < txn.first_offset:
+                self.aborting[txn.producer_id] = [txn, False]
             self.next += 1
 
     def on_batch(self, header: BatchHeader) -> bool:
@@ -266,6 +268,11 @@ class TxnCleaning:
         if not is_transactional(header.attributes):
             return False
         ongoing = self.aborting.get(header.producer_id)
+        if ongoing is not None and header.base_offset > ongoing[0].last_offset:
+            # past its ABORT marker's offset: a transaction whose marker an earlier cleaning removed
+            # (a long-lived StableView still lists it): the producer's later transactions are not it
+            del self.aborting[header.producer_id]
+            ongoing = None
         if ongoing is not None:
             ongoing[1] = True
             return True

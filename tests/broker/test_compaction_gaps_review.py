@@ -141,3 +141,46 @@ def test_an_idempotent_producer_writing_old_timestamps_goes_on_after_cleaning_an
     end = store.partition("c", 0).high_watermark()
     assert fresh.append("c", 0, batch(12, b"k"), "all").base_offset == end
     assert [r.offset for r in store.consumer("c", start=str(end))] == [end]
+
+
+def _write_keys(store, topic, keys, ts):
+    with store.producer() as p:
+        for key in keys:
+            p.send(topic, b"v" * 30, key=key, partition=0, timestamp=ts)
+            p.flush()
+
+
+@pytest.mark.slow
+def test_a_committed_transaction_after_an_aborted_one_whose_marker_went_survives_cleaning(store):
+    """In one long-lived store (klog serve and its cleaner), the aborted transactions the cleaner
+    is handed come from the partition's shared StableView, which still lists one whose ABORT
+    marker a cleaning removed. The cleaner then took the same producer's next transactional
+    batches, committed ones, for that transaction's (no ABORT marker came to end it) and
+    removed them: a committed record lost, for read_committed and read_uncommitted readers alike."""
+    store.create_topic("t", 1, configs={**COMPACTED, "cleanup.policy": "compact", "delete.retention.ms": "1000"})
+    now = int(time.time() * 1000)
+    with store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send("t", b"a-aborted", key=b"a", partition=0)
+        producer.flush()
+        producer.abort()
+        _write_keys(store, "t", [b"f%d" % i for i in range(14)], now)
+        with producer.transaction():
+            producer.send("t", b"b-committed", key=b"b", partition=0)
+        _write_keys(store, "t", [b"g%d" % i for i in range(14)], now)
+    markers = [h.base_offset for h in _batch_headers(store, "t") if h.is_control]
+    assert len(markers) == 2 and markers[-1] < store.partition("t", 0).leader.bases[-1]
+    # the aborted batch goes, then its ABORT marker's horizon is set, then the marker goes
+    for t in (0, 10, 2000, 4000):
+        lifecycle.compact(store, "t", clock=clock_at(now + t))
+    assert markers[0] not in {h.base_offset for h in _batch_headers(store, "t")}
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = {r.key: r.value for r in store.consumer("t", isolation_level=isolation)}
+        assert got.get(b"b") == b"b-committed" and b"a" not in got, isolation
+
+
+def _batch_headers(store, topic):
+    leader = store.partition(topic, 0).leader
+    leader.refresh_segments()
+    return [h for base in leader.bases
+            for _, h in leader.segments[base].iter_headers(0, leader.segments[base].file_size())]
