@@ -184,3 +184,39 @@ def _batch_headers(store, topic):
     leader.refresh_segments()
     return [h for base in leader.bases
             for _, h in leader.segments[base].iter_headers(0, leader.segments[base].file_size())]
+
+
+@pytest.mark.slow
+def test_serve_names_no_aborted_transaction_whose_marker_the_cleaner_removed(kafka_server):
+    """klog serve names a read_committed Fetch's aborted transactions from the partition's
+    StableView, which a cleaning's swap left as it was: it went on naming a transaction whose
+    batches and ABORT marker the cleaner had removed. A Kafka client (Java's Fetcher, librdkafka)
+    then skips that producer's transactional batches from the named first offset until an ABORT
+    marker of the producer, which no longer comes: the later committed ones (Kafka's broker reads
+    the rewritten .txnindex and names none)."""
+    from tests.serve_helpers import RawClient
+    from tests.server.test_serve_loop_fetch import _fetch
+
+    store = kafka_server.store
+    store.create_topic("t", 1, configs={**COMPACTED, "cleanup.policy": "compact", "delete.retention.ms": "1000"})
+    now = int(time.time() * 1000)
+    with store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send("t", b"a-aborted", key=b"a", partition=0)
+        producer.flush()
+        producer.abort()
+        _write_keys(store, "t", [b"f%d" % i for i in range(14)], now)
+        with producer.transaction():
+            producer.send("t", b"b-committed", key=b"b", partition=0)
+        _write_keys(store, "t", [b"g%d" % i for i in range(14)], now)
+        pid = producer.producer_id
+    with RawClient(kafka_server.port) as client:
+        def named():
+            [p] = _fetch(client, "t", {0: 0}, isolation_level=1).responses[0].partitions
+            return [(int(a.producer_id), int(a.first_offset)) for a in p.aborted_transactions]
+
+        assert named() == [(pid, 0)]
+        for t in (0, 10, 2000, 4000):  # the aborted batch goes, then its marker (after its horizon)
+            lifecycle.compact(store, "t", clock=clock_at(now + t))
+        assert 1 not in {h.base_offset for h in _batch_headers(store, "t")}
+        assert named() == []
