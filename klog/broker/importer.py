@@ -140,7 +140,10 @@ def import_dirs(store: BrokerStore, paths: list[str]) -> list[ImportedPartition]
     for topic in sorted(topics):
         # Kafka keeps topic configs in its controller, not in the log directory; offset gaps that
         # only its cleaner leaves say the topic was compacted, and a reader must know that
-        if any(_has_cleaner_gaps(store.partition(topic, p).leader) for p in range(topics[topic])):
+        gapped = [p for p in range(topics[topic]) if _has_cleaner_gaps(store.partition(topic, p).leader)]
+        for p in gapped:  # (as klog's cleaner marks a log it cleaned: the gaps stay readable if the policy changes)
+            store.partition(topic, p).leader.mark_cleaned()
+        if gapped:
             store.alter_topic(topic, set_configs={"cleanup.policy": "compact"})
             for item in imported:
                 if item.topic == topic:
@@ -189,15 +192,17 @@ def expansion_problem(folder: str) -> str | None:
 
 
 def _has_cleaner_gaps(log) -> bool:
-    """Upward offset gaps between batches outside the active segment (Kafka's cleaner drops
-    batches it emptied; the active segment is never cleaned)."""
+    """Upward offset gaps between batches outside the active segment, or before its first batch
+    (Kafka's cleaner drops batches it emptied; the active segment is never cleaned)."""
     log.refresh_segments()
     expected = None
-    for base in log.bases[:-1]:
+    for i, base in enumerate(log.bases):
         for _, header in log.segments[base].pinned_headers():
             if expected is not None and header.base_offset > expected:
                 return True
             expected = header.next_offset
+            if i == len(log.bases) - 1:
+                break  # (the active segment's first batch only: the sealed segments before it may end in a gap)
     return False
 
 

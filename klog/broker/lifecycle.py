@@ -177,6 +177,7 @@ def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPl
             part = _locked(store, topic, partition)
             if not cleaner.swap_cleaned(part.replicas, cleaning, part.log_start_offset()):
                 return False
+            _rewalk_transactions(part)
             faults.point("before-checkpoint")
             _checkpoint(part).write(plan.rng.first_uncleanable)
     finally:
@@ -188,6 +189,18 @@ def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPl
     result.tombstones_removed = stats.tombstones_removed
     result.segments_rewritten = stats.segments_rewritten
     return True
+
+
+def _rewalk_transactions(part: Partition) -> None:
+    """After a swap (the partition's lock held): the partition's shared StableView (read_committed
+    fetches, the next cleaning's aborted transactions) walks the log again; it went on naming an
+    aborted transaction whose ABORT marker the cleaner removed, and Kafka clients then skipped its
+    producer's later committed batches."""
+    from klog.broker.offsets import stable_view
+
+    view, view_lock = stable_view(part)
+    with view_lock:
+        view.segments_rewritten()
 
 
 def _due(part: Partition, rng: cleaner.CleanableRange, now_ms: int, config: LogConfig) -> bool:

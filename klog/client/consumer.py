@@ -262,8 +262,10 @@ class Consumer(ConsumerBase):
                 resume = _past_damage(cursor, e)
                 self.on_damage(cursor.topic, cursor.partition, cursor.offset, resume, e)
                 cursor.offset = resume
-        if fetched is None and cursor.stop is not None and cursor.offset >= cursor.stop:
-            cursor.done = True
+        if fetched is None and cursor.stop is not None:
+            # a bounded read with nothing more below its stop: at it, or a compacted log's gap
+            # reaches it (a remote read stops there, not at the broker's next batch past it)
+            cursor.offset, cursor.done = max(cursor.offset, cursor.stop), True
         return fetched
 
     def _records(self, cursor: PartitionCursor, fetched: Fetched | None) -> list[Record]:

@@ -55,6 +55,7 @@ import errno
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -192,15 +193,13 @@ def build_offset_map(log: PartitionLog, start: int, end: int, throttler: Throttl
 class _Producer:
     last_data_offset: int | None  # the last offset of its last data batch (None: none since its epoch changed)
     epoch: int
-    last_ms: int
-    in_txn: bool = False
 
 
 def active_producers(log: PartitionLog, now_ms: int,
                      expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> dict[int, tuple[int | None, int]]:
     """Kafka's UnifiedLog.lastRecordsOfActiveProducers from the log's batch headers: producer id ->
-    (last data offset or None, epoch) of each producer not expired (an open transaction, or a batch
-    within `expiration_ms`), as its ProducerStateManager holds them: a data batch sets the last data
+    (last data offset or None, epoch) of each producer with a batch in the segments klog's producer
+    state rebuild reads (below), as Kafka's ProducerStateManager holds them: a data batch sets the last data
     offset; a marker of another epoch clears it (its epoch is then what must survive); an emptied
     marker counts for nothing. Segments whose newest timestamp is older than the expiration are
     skipped (a producer whose last batch lies there is expired), as ProducerStates' rebuild skips them."""
@@ -229,19 +228,18 @@ def active_producers(log: PartitionLog, now_ms: int,
                     continue
                 entry = states.get(pid)
                 if entry is None:
-                    entry = states[pid] = _Producer(None, header.producer_epoch, header.max_timestamp)
+                    entry = states[pid] = _Producer(None, header.producer_epoch)
                 if entry.epoch != header.producer_epoch:
                     entry.epoch, entry.last_data_offset = header.producer_epoch, None
-                entry.last_ms = header.max_timestamp
-                if header.is_control:
-                    entry.in_txn = False
-                else:
+                if not header.is_control:
                     entry.last_data_offset = header.last_offset
-                    entry.in_txn = entry.in_txn or is_transactional(header.attributes)
         except FileNotFoundError:
             continue  # deleted meanwhile (retention): its producers are older still
-    return {pid: (e.last_data_offset, e.epoch) for pid, e in states.items()
-            if e.in_txn or now_ms - e.last_ms < expiration_ms}
+    # every producer of those segments, not only those whose own last batch is recent (Kafka's
+    # isProducerExpired): klog's rebuild (broker.batches.ProducerStates._load) takes every producer
+    # of the same segments, so one writing old timestamps (a mirror, a replay) whose last batch went
+    # came back after a restart at an older sequence, and its next batch was refused as out of order
+    return {pid: (e.last_data_offset, e.epoch) for pid, e in states.items()}
 
 
 class TxnCleaning:
@@ -259,7 +257,9 @@ class TxnCleaning:
     def _reach(self, offset: int) -> None:
         while self.next < len(self.pending) and self.pending[self.next].first_offset <= offset:
             txn = self.pending[self.next]
-            self.aborting.setdefault(txn.producer_id, [txn, False])
+            ongoing = self.aborting.get(txn.producer_id)
+            if ongoing is None or ongoing[0].last_offset < txn.first_offset:
+                self.aborting[txn.producer_id] = [txn, False]
             self.next += 1
 
     def on_batch(self, header: BatchHeader) -> bool:
@@ -268,6 +268,11 @@ class TxnCleaning:
         if not is_transactional(header.attributes):
             return False
         ongoing = self.aborting.get(header.producer_id)
+        if ongoing is not None and header.base_offset > ongoing[0].last_offset:
+            # past its ABORT marker's offset: a transaction whose marker an earlier cleaning removed
+            # (a long-lived StableView still lists it): the producer's later transactions are not it
+            del self.aborting[header.producer_id]
+            ongoing = None
         if ongoing is not None:
             ongoing[1] = True
             return True
@@ -520,6 +525,8 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
         cleaned.flush()
         os.fsync(cleaned.fileno())
         cleaned.close()
+        if written == 0:
+            _keep_age(segment, size, temps[0])
         index_data, time_data = _index_entries(layout, segment.base_offset, log.config.index_interval_bytes)
         _write_synced(temps[1], index_data)
         _write_synced(temps[2], time_data)
@@ -533,6 +540,19 @@ def clean_segment(log: PartitionLog, segment: LogSegment, offset_map: dict[bytes
     stats.bytes_after += written
     stats.rewritten_bases.append(segment.base_offset)
     return CleanedSegment(segment.base_offset, segment.directory, temps, tuple(txns.index))
+
+
+def _keep_age(segment: LogSegment, size: int, emptied: str) -> None:
+    """An emptied segment's rewrite keeps the age time retention gives the segment: with no record
+    left, retention takes a segment's file modification time (retention.largest_timestamp, as Kafka's
+    LogSegment.largestTimestamp), which the rewrite would set to the cleaning's time, holding back
+    time retention of everything after it by retention.ms. It gets the source's largest record
+    timestamp (else its modification time, as Kafka's cleaner gives a cleaned segment its source's)."""
+    largest = largest_timestamp(segment, size)
+    if largest < 0:
+        os.utime(emptied, ns=(time.time_ns(), os.stat(segment.log_path).st_mtime_ns))
+    else:
+        os.utime(emptied, ns=(time.time_ns(), largest * 1_000_000))
 
 
 def _cleaned_batch(fb, offset_map: dict[bytes, int], now_ms: int, delete_retention_ms: int,  # noqa: ANN001

@@ -240,6 +240,13 @@ class StableView:
         self.replica = replica
         self._reset()
 
+    def segments_rewritten(self) -> None:
+        """A cleaning swapped rewritten segments in (the walk notices a replaced segment only where
+        it is): walk everything again, so that an aborted transaction whose batches and ABORT
+        marker the cleaner removed is no longer named (Kafka's reads name those of the rewritten
+        .txnindex files)."""
+        self._reset()
+
     def _reset(self) -> None:
         self.tracker = TxnTracker()
         self._seen: set[tuple[int, int]] = set()  # (producer id, marker offset) of the aborted ranges kept
