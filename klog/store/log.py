@@ -526,6 +526,8 @@ class PartitionLog:
             self.new_segment(0, writing=True)
             self._save_state()
             return report
+        if loader.rebuild_lost_indexes(self, None if swaps else listed, report):
+            self._folder_seen = None  # (index files were created)
         active = self.active
         same = snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
         size = active.file_size() if same else -1
