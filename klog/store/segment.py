@@ -714,7 +714,7 @@ class LogSegment:
         with open(self.log_path, "r+b", opener=nofollow_opener) as f:
             f.truncate(position)
             os.fsync(f.fileno())
-        self.recover()
+        self.recover(sealed=False)  # (the log's active segment now, or about to be: no final time entry)
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
 

@@ -214,3 +214,60 @@ def _verified_store(data_dir: str) -> None:
     with klog.open(data_dir) as s:
         results = verify_store(s)
         assert all(r["ok"] for r in results), results
+
+
+def test_a_segment_a_truncation_makes_active_is_indexed_as_the_append_path_did(golden, tmp_path):
+    """A follower's truncation cuts into a sealed segment, which becomes the active one: its
+    indexes are those a log that ended there has (no final time entry), as they were written."""
+    golden_folder, _ = golden
+    folder = str(tmp_path / "t-0")
+    shutil.copytree(golden_folder, folder)
+    log = PartitionLog(folder, CONFIG)
+    log.open_for_write()
+    segment, cut = _cut_after_an_unindexed_largest_timestamp(log)
+    log.truncate_to(cut)
+    assert log.log_end_offset == cut and log.active is segment
+    log.close()
+
+    twin = str(tmp_path / "twin" / "t-0")  # the same batches, written up to the cut
+    written = PartitionLog(twin, CONFIG)
+    written.open_for_write()
+    seed = 0
+    while written.log_end_offset < cut:
+        _append(written, 1, seed)
+        seed += 1
+    assert written.log_end_offset == cut
+    written.close()
+    assert _indexes(folder) == _indexes(twin)
+    _verified(folder)
+
+
+def _cut_after_an_unindexed_largest_timestamp(log: PartitionLog):  # noqa: ANN202 - (segment, offset)
+    """A sealed segment and the offset after one of its batches that holds the largest timestamp
+    so far, named by no index entry: cut there, the segment's final time entry would be new."""
+    for base in log.bases[:-1]:
+        segment = log.segments[base]
+        segment.offset_index.refresh()
+        indexed = {base + segment.offset_index.entry_at(i)[0] for i in range(segment.offset_index.entries)}
+        largest = -1
+        for _, header in segment.iter_headers(0, segment.file_size()):
+            if header.max_timestamp > largest and header.last_offset not in indexed and largest >= 0:
+                return segment, header.next_offset
+            largest = max(largest, header.max_timestamp)
+    raise AssertionError("no such batch in the log")
+
+
+def test_a_follower_dropping_its_empty_segment_gets_back_the_active_segments_indexes(golden, tmp_path):
+    """drop_empty_active: the segment before the empty one is active again, indexed as it was."""
+    golden_folder, kept = golden
+    folder = str(tmp_path / "t-0")
+    shutil.copytree(golden_folder, folder)
+    log = PartitionLog(folder, CONFIG)
+    log.open_for_write()
+    end = log.log_end_offset
+    log.roll(end)  # sealed: its final time entry (the late batch's timestamp) appended
+    assert _indexes(folder) != kept
+    assert log.drop_empty_active(end)
+    log.close()
+    assert _indexes(folder) == kept
+    _verified(folder)
