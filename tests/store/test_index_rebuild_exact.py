@@ -271,3 +271,25 @@ def test_a_follower_dropping_its_empty_segment_gets_back_the_active_segments_ind
     log.close()
     assert _indexes(folder) == kept
     _verified(folder)
+
+
+def test_dirs_import_of_a_folder_without_indexes_rebuilds_them_as_written(cli, data_dir, tmp_path):
+    """`klog dirs import` of a partition folder copied without its index files (the topic's
+    default index.interval.bytes, as the folder was written with)."""
+    source = str(tmp_path / "kafka-logs" / "imp-0")
+    log = PartitionLog(source, LogConfig(segment_bytes=20_000))
+    log.open_for_write()
+    _append(log, 200, 0)
+    late = codec.encode_batch([(None, b"late", [], LATE)], log.log_end_offset)
+    log.append(late, codec.read_header(late))
+    log.close()
+    kept = _indexes(source)
+    assert len(kept) >= 6 and all(kept.values())
+    for name in kept:
+        os.unlink(os.path.join(source, name))
+    os.unlink(os.path.join(source, "klog-replica.state"))
+    r = cli("dirs", "import", os.path.dirname(source))
+    assert r.exit_code == 0, r.stderr
+    assert _indexes(os.path.join(data_dir, "logs", "imp-0")) == kept
+    r = cli("verify", "imp")
+    assert r.exit_code == 0 and "ok" in r.out, r
