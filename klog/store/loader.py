@@ -172,14 +172,19 @@ def rebuild_lost_indexes(log: PartitionLog, names: set[str] | None, report: Reco
     of a Kafka folder missing some), exactly as the append path and seal() wrote them: Kafka's
     LogLoader recovers a segment whose `.index` is missing (and leaves a missing `.timeindex`
     empty, which drops a sealed segment's final entry: klog rebuilds both). The `.log` is never
-    changed here (recover_tail cuts damage). `names`: the folder's listing (None: list it).
-    The active segment's index files the writer's open created empty, where its batches call for
-    entries, count as lost. Returns the bases rebuilt."""
+    changed here (recover_tail cuts damage). Run after the open adopted or recovered the log:
+    the segments recovery rebuilt (report.segments_recovered) are left as they are; the active
+    segment's writer state is the rebuild's (the same as a scan gives). `names`: the folder's
+    listing before the open (None: list it). The active segment's index files the writer's open
+    created empty, where its batches call for entries, count as lost. Returns the bases rebuilt."""
     if names is None:
         names = set(os.listdir(log.directory))
     bases = log.bases
+    recovered = set(report.segments_recovered)
     rebuilt = []
     for base in bases:
+        if base in recovered:
+            continue
         segment = log.segments[base]
         sealed = base != bases[-1]
         lost = [kind for suffix, kind in ((INDEX_SUFFIX, "offset index"), (TIME_INDEX_SUFFIX, "time index"))

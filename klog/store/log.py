@@ -526,8 +526,6 @@ class PartitionLog:
             self.new_segment(0, writing=True)
             self._save_state()
             return report
-        if loader.rebuild_lost_indexes(self, None if swaps else listed, report):
-            self._folder_seen = None  # (index files were created)
         active = self.active
         same = snap is not None and snap.boot_id == current_boot_id() and snap.active_base == active.base_offset
         size = active.file_size() if same else -1
@@ -544,6 +542,8 @@ class PartitionLog:
             loader.recover_tail(self, snap, report, committed_end)
             self._save_state(sync=True)
             self._open_fds()
+        if loader.rebuild_lost_indexes(self, None if swaps or report.segments_deleted else listed, report):
+            self._folder_seen = None  # (index files were created)
         self._catch_up_sealed()
         return report
 

@@ -686,16 +686,24 @@ class LogSegment:
     def rebuild_indexes(self, sealed: bool) -> str | None:
         """Write both indexes again from the `.log`, exactly as the append path (and seal(), if
         `sealed`) wrote them, fsynced; the `.log` is left as it is: a damaged batch ends the
-        entries (the problem is returned; recovery or `klog verify` deal with it)."""
+        entries (the problem is returned; recovery or `klog verify` deal with it). The writer
+        state becomes the scan's; with damage, the writer keeps its size and end, and its index
+        builder goes on from the rebuilt files (as load_tail_state sets it)."""
         file_size = self.file_size()
         scan, indexer, index_data, time_data = self._scan_indexes(file_size, sealed)
         self.offset_index.write_all(index_data, sync=True)
         self.time_index.write_all(time_data, sync=True)
         self.index_bytes, self.time_index_bytes = len(index_data), len(time_data)
-        self.size = scan.valid_bytes
-        self.first_batch_max_timestamp = None
-        self.indexer = indexer
-        self.next_offset = scan.next_offset
+        if scan.problem is None:
+            self.size = scan.valid_bytes
+            self.first_batch_max_timestamp = None
+            self.indexer = indexer
+            self.next_offset = scan.next_offset
+        else:
+            last = self.offset_index.last_entry()
+            self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes,
+                                        max(self.size - (last[1] if last else 0), 0), self.indexer.max_timestamp,
+                                        self.indexer.offset_of_max_timestamp, self.time_index.last_timestamp())
         return scan.problem
 
     def _scan_indexes(self, file_size: int, sealed: bool) -> tuple[SegmentScan, IndexBuilder, bytes, bytes]:

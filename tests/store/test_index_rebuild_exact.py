@@ -293,3 +293,33 @@ def test_dirs_import_of_a_folder_without_indexes_rebuilds_them_as_written(cli, d
     assert _indexes(os.path.join(data_dir, "logs", "imp-0")) == kept
     r = cli("verify", "imp")
     assert r.exit_code == 0 and "ok" in r.out, r
+
+
+@pytest.mark.parametrize("where", ["sealed", "active"])
+def test_a_rebuild_never_changes_a_damaged_log(golden, tmp_path, where):
+    """Damage inside a segment whose indexes are lost: the rebuild indexes the batches before it
+    and leaves every byte of the `.log` (and a writer appends after its end, as before)."""
+    golden_folder, kept = golden
+    folder = str(tmp_path / "t-0")
+    shutil.copytree(golden_folder, folder)
+    logs = sorted(n for n in os.listdir(folder) if n.endswith(".log"))
+    name = logs[1] if where == "sealed" else logs[-1]
+    path = os.path.join(folder, name)
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF  # inside a batch past the first: its CRC fails
+        f.seek(0)
+        f.write(data)
+    for suffix in (".index", ".timeindex"):
+        os.unlink(path[:-4] + suffix)
+    log = PartitionLog(folder, CONFIG)
+    report = log.open_for_write()
+    assert any(path in r and "rebuilt" in r and "crc" in r.lower() for r in report.reasons), report.reasons
+    with open(path, "rb") as f:
+        assert f.read() == data
+    assert os.path.getsize(path[:-4] + ".index") < len(kept[name[:-4] + ".index"])
+    if where == "active":
+        before = log.log_end_offset
+        _append(log, 1, 900)
+        assert os.path.getsize(path) > len(data) and log.log_end_offset > before
+    log.close()
