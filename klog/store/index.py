@@ -156,10 +156,13 @@ class _IndexFile:
             f.truncate(keep * self.entry.size)
         self._data = self._data[:keep * self.entry.size]  # (a copy: lookups under way keep theirs)
 
-    def write_all(self, packed_entries: bytes) -> None:
-        """Replace the whole file (recovery's rebuild)."""
+    def write_all(self, packed_entries: bytes, sync: bool = False) -> None:
+        """Replace the whole file (recovery's rebuild); `sync`: fsync it too."""
         with open(self.path, "wb", opener=nofollow_opener) as f:
             f.write(packed_entries)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         self._data = bytearray(packed_entries)
 
 
@@ -230,9 +233,11 @@ class IndexBuilder:
         self.last_time_ts = self.max_timestamp
         return TIME_INDEX_ENTRY.pack(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
 
-    def add_all(self, batches: Iterable[tuple[int, BatchHeader]]) -> tuple[bytes, bytes]:
-        """Both index files of a whole segment of these (position, header) batches, ending with
-        the final time entry a sealed segment keeps (recovery's rebuild, the cleaner's output)."""
+    def add_all(self, batches: Iterable[tuple[int, BatchHeader]], sealed: bool = True) -> tuple[bytes, bytes]:
+        """Both index files of a whole segment of these (position, header) batches, as the append
+        path writes them: `sealed` ends the time index with the final entry seal() appends at a
+        roll (recovery's rebuild of a sealed segment, the cleaner's output); an active segment's
+        has none until it rolls (LogSegment.append writes none)."""
         index: list[bytes] = []
         times: list[bytes] = []
         for position, header in batches:
@@ -241,7 +246,7 @@ class IndexBuilder:
                 index.append(index_entry)
                 if time_entry is not None:
                     times.append(time_entry)
-        final = self.time_entry()
+        final = self.time_entry() if sealed else None
         if final is not None:
             times.append(final)
         return b"".join(index), b"".join(times)

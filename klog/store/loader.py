@@ -4,8 +4,10 @@
    finished, leftover `.cleaned` files are removed and `.deleted` ones once their
    file.delete.delay.ms is over;
 2. `recover_tail`: Kafka's unclean-shutdown pass, each segment from the recovery point on is
-   validated and cut at the first bad batch, and
-3. `delete_from`: segments past a cut (or overlapping the one before) are removed.
+   validated and cut at the first bad batch;
+3. `delete_from`: segments past a cut (or overlapping the one before) are removed, and
+4. `rebuild_lost_indexes`: a segment whose `.index` or `.timeindex` is missing gets both written
+   again as the append path wrote them.
 
 PartitionLog.open_for_write runs them; the cleaner and retention only write the files these
 passes read, so none of them imports another (the log <-> cleaner <-> retention cycle is gone).
@@ -23,6 +25,7 @@ from klog.store.format import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    NO_TIMESTAMP,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -188,7 +191,7 @@ def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: Recove
                                   f"removed")
             fsync_dir(log.directory)
             continue
-        result = segment.recover(committed_end)
+        result = segment.recover(committed_end, sealed=base != log.bases[-1])
         report.segments_recovered.append(base)
         if result.truncated_bytes:
             report.bytes_truncated += result.truncated_bytes
@@ -248,3 +251,61 @@ def delete_from(log: PartitionLog, base: int, report: RecoveryReport, why: str,
     log.refresh_segments()
     if not log.bases:
         log.new_segment(base)
+
+
+# -- pass 4 --------------------------------------------------------------------------------------
+def rebuild_lost_indexes(log: PartitionLog, names: set[str] | None, report: RecoveryReport) -> list[int]:
+    """Rebuild the indexes of every segment that lost one (a backup restored without them, a copy
+    of a Kafka folder missing some), exactly as the append path and seal() wrote them: Kafka's
+    LogLoader recovers a segment whose `.index` is missing (and leaves a missing `.timeindex`
+    empty, which drops a sealed segment's final entry: klog rebuilds both). The `.log` is never
+    changed here (recover_tail cuts damage). Run after the open adopted or recovered the log:
+    the segments recovery rebuilt (report.segments_recovered) are left as they are; the active
+    segment's writer state is the rebuild's (the same as a scan gives). `names`: the folder's
+    listing before the open (None: list it). The active segment's index files the writer's open
+    created empty, where its batches call for entries, count as lost. Returns the bases rebuilt."""
+    if names is None:
+        names = set(os.listdir(log.directory))
+    bases = log.bases
+    recovered = set(report.segments_recovered)
+    rebuilt = []
+    for base in bases:
+        if base in recovered:
+            continue
+        segment = log.segments[base]
+        sealed = base != bases[-1]
+        lost = [kind for suffix, kind in ((INDEX_SUFFIX, "offset index"), (TIME_INDEX_SUFFIX, "time index"))
+                if segment_file_name(base, suffix) not in names]
+        if not lost and not sealed:
+            lost = _emptied_indexes(segment)
+        if not lost:
+            continue
+        problem = segment.rebuild_indexes(sealed)
+        rebuilt.append(base)
+        report.reasons.append(f"{segment.log_path}: rebuilt the offset and time index ({' and '.join(lost)} "
+                              f"{'was' if len(lost) == 1 else 'were'} missing)"
+                              + (f"; {problem}" if problem is not None else ""))
+    if rebuilt:
+        fsync_dir(log.directory)
+    return rebuilt
+
+
+def _emptied_indexes(segment: LogSegment) -> list[str]:
+    """The active segment's indexes that are empty though its batches call for an entry (a file
+    the writer's open created again after it was deleted). The append path writes the first
+    entries for the first batch starting past index.interval.bytes: only the batches up to it
+    are read."""
+    sizes = [os.path.getsize(segment.offset_index.path), os.path.getsize(segment.time_index.path)]
+    if all(sizes) or segment.file_size() <= segment.index_interval_bytes:
+        return []
+    max_timestamp = NO_TIMESTAMP
+    try:
+        for position, header in segment.iter_headers(0, segment.file_size()):
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            if position > segment.index_interval_bytes:  # (IndexBuilder.add: its first entries)
+                due = (True, max_timestamp > NO_TIMESTAMP)
+                return [kind for kind, size, wanted in zip(("offset index", "time index"), sizes, due, strict=True)
+                        if wanted and not size]
+    except CorruptLogError:
+        pass  # damage before any entry is due: recovery deals with it
+    return []

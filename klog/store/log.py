@@ -542,6 +542,8 @@ class PartitionLog:
             loader.recover_tail(self, snap, report, committed_end)
             self._save_state(sync=True)
             self._open_fds()
+        if loader.rebuild_lost_indexes(self, None if swaps or report.segments_deleted else listed, report):
+            self._folder_seen = None  # (index files were created)
         self._catch_up_sealed()
         return report
 
@@ -779,7 +781,8 @@ class PartitionLog:
         if empty.size != 0 or len(self.bases) < 2 or empty.base_offset != next_offset:
             return False
         previous = self.segments[self.bases[-2]]
-        if previous.recover().next_offset != next_offset:
+        if previous.recover(sealed=False).next_offset != next_offset:  # (indexed as the active one again)
+            previous.seal()  # it stays sealed: its final time entry back
             return False  # a gap (compaction) before the empty segment: keep it
         self.drop_flushes()
         self._folder_seen = None
@@ -1028,7 +1031,7 @@ class PartitionLog:
         fsync_dir(self.directory)
         self._fds_base = -1
         self.refresh_segments()
-        self.active.recover()
+        self.active.recover(sealed=False)
         if self.active.next_offset is None:
             self.active.next_offset = self.active.base_offset
         self._open_fds()

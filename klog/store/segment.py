@@ -705,20 +705,15 @@ class LogSegment:
             self.time_index_bytes = None  # (sealed: no writer appends to it again)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self, committed_end: int | None = None) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None, sealed: bool = True) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (validate.SegmentScan: size, magic, CRC,
         offsets), truncate at the first bad or partial one, and rebuild both indexes
-        (index.IndexBuilder, the rule appends follow). Bytes cut from below
+        (index.IndexBuilder, the rule appends follow; `sealed`: with the final time entry seal()
+        writes, which the active segment does not have yet). Bytes cut from below
         `committed_end` (the high watermark: acknowledged records) are first kept in
         `<segment>.log.<position>.corrupt` beside it, for inspection."""
         file_size = self.file_size()
-        indexer = IndexBuilder(self.base_offset, self.index_interval_bytes)
-        fd = open_or_shed(self.log_path, os.O_RDONLY)
-        try:
-            scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
-            index_data, time_data = indexer.add_all(scan)
-        finally:
-            os.close(fd)
+        scan, indexer, index_data, time_data = self._scan_indexes(file_size, sealed)
         valid, next_offset = scan.valid_bytes, scan.next_offset
         cut_from = next_offset if next_offset is not None else self.base_offset
         if valid < file_size and committed_end is not None and cut_from < committed_end:
@@ -736,12 +731,46 @@ class LogSegment:
         self.next_offset = next_offset
         return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)
 
+    def rebuild_indexes(self, sealed: bool) -> str | None:
+        """Write both indexes again from the `.log`, exactly as the append path (and seal(), if
+        `sealed`) wrote them, fsynced; the `.log` is left as it is: a damaged batch ends the
+        entries (the problem is returned; recovery or `klog verify` deal with it). The writer
+        state becomes the scan's; with damage, the writer keeps its size and end, and its index
+        builder goes on from the rebuilt files (as load_tail_state sets it)."""
+        file_size = self.file_size()
+        scan, indexer, index_data, time_data = self._scan_indexes(file_size, sealed)
+        self.offset_index.write_all(index_data, sync=True)
+        self.time_index.write_all(time_data, sync=True)
+        self.index_bytes, self.time_index_bytes = len(index_data), len(time_data)
+        if scan.problem is None:
+            self.size = scan.valid_bytes
+            self.first_batch_max_timestamp = None
+            self.indexer = indexer
+            self.next_offset = scan.next_offset
+        else:
+            last = self.offset_index.last_entry()
+            self.indexer = IndexBuilder(self.base_offset, self.index_interval_bytes,
+                                        max(self.size - (last[1] if last else 0), 0), self.indexer.max_timestamp,
+                                        self.indexer.offset_of_max_timestamp, self.time_index.last_timestamp())
+        return scan.problem
+
+    def _scan_indexes(self, file_size: int, sealed: bool) -> tuple[SegmentScan, IndexBuilder, bytes, bytes]:
+        """Validate the batches (SegmentScan) and make both index files of the valid ones."""
+        indexer = IndexBuilder(self.base_offset, self.index_interval_bytes)
+        fd = open_or_shed(self.log_path, os.O_RDONLY)
+        try:
+            scan = SegmentScan(lambda pos, n: os.pread(fd, n, pos), file_size, self.base_offset)
+            index_data, time_data = indexer.add_all(scan, sealed)
+        finally:
+            os.close(fd)
+        return scan, indexer, index_data, time_data
+
     def truncate_to_position(self, position: int, next_offset: int | None) -> None:
         """Cut the log at position and drop index entries that point at or past it."""
         with open(self.log_path, "r+b", opener=nofollow_opener) as f:
             f.truncate(position)
             os.fsync(f.fileno())
-        self.recover()
+        self.recover(sealed=False)  # (the log's active segment now, or about to be: no final time entry)
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
 
