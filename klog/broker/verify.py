@@ -349,8 +349,9 @@ def _repair(part, replica, check: ReplicaCheck, healthy, notes: list[str], hw: i
                 replica.mark_strict_records()
                 notes.append("repaired: marked to be read with the strict decoder only")
                 return True
+            last = replica.bases[-1] if replica.bases else None
             for base in list(replica.bases):
-                replica.segments[base].recover()
+                replica.segments[base].recover(sealed=base != last)  # (the active segment: no final time entry)
             notes.append("repaired: rebuilt indexes")
             _rewrite_txn_indexes(replica, check.txn_indexes, notes)
             return True
