@@ -179,8 +179,9 @@ def _cycle_of(schema: Schema) -> str | None:
             on_path.discard(id(node))
             done.add(id(node))
             continue
-        if id(child) in on_path:
-            owner = node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
+        if id(child) in on_path:  # the struct met again (a struct copied around shared fields: that struct)
+            owner = child if isinstance(child, dict) and child.get("type") == "struct" else \
+                node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
             return str(owner.get("name") or "an unnamed struct")
         if id(child) not in done:
             on_path.add(id(child))
@@ -207,6 +208,10 @@ def schema_key(schema: Any) -> str:
         return json.dumps(schema, sort_keys=True, default=str)
     except ValueError:  # Circular reference detected
         pass
+    except RecursionError:
+        from klog.connect.errors import DataError
+
+        raise DataError("a Connect schema nested too deeply for klog (deeper than Python's stack)") from None
     path: list[int] = []  # ids of the dicts and lists around the one being copied
 
     def acyclic(node: Any) -> Any:
