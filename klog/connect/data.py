@@ -199,6 +199,21 @@ def refuse_recursive(schema: Any, what: str) -> None:
                         "message holding its own type, as ProtobufConverter reads them)")
 
 
+def schema_text(schema: Any, what: str) -> str:
+    """A schema's JSON (keys sorted), a writer's cache key; a recursive schema (json's "Circular reference detected")
+    or one nested deeper than Python's stack is a DataError naming `what` refuses it. (Checked once it failed, not
+    before: a transform rebuilding a schema per record would pay the walk per record.)"""
+    import json
+
+    try:
+        return json.dumps(schema, sort_keys=True, default=str)
+    except (ValueError, RecursionError):
+        refuse_recursive(schema, what)
+        from klog.connect.errors import DataError
+
+        raise DataError(f"{what}: a schema nested too deeply for klog (deeper than Python's stack)") from None
+
+
 def schema_key(schema: Any) -> str:
     """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct's fields (or any part)
     are those of one around it, they are {"recursive": <levels up>}."""
