@@ -28,7 +28,7 @@ from typing import Any
 
 from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, refuse_recursive
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, schema_text
 from klog.connect.errors import ConfigError, DataError, RetriableError
 from klog.protocol import registry_client
 from klog.protocol.avro_compat import read_problems
@@ -776,8 +776,7 @@ class AvroConverter(Converter):
         hit = self._by_object.get(id(schema))
         if hit is not None and hit[0] is schema:
             return hit[1]
-        refuse_recursive(schema, "AvroConverter")
-        text = json.dumps(schema, sort_keys=True, default=str)
+        text = schema_text(schema, "AvroConverter")
         writer = self._by_text.get(text)
         if writer is None:
             writer = _Writer(schema, scrub=self.config["scrub.invalid.names"])

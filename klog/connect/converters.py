@@ -683,9 +683,13 @@ def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
     hit = _SCHEMA_JSON.get((id(schema), numeric))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    refuse_recursive(schema, "JsonConverter")  # Kafka's asJsonSchema recurses until its stack overflows (its
-    # payload follows the value: a recursive schema's is written with schemas.enable=false)
-    data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
+    try:
+        data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
+    except RecursionError:  # Kafka's asJsonSchema recurses until its stack overflows (its payload follows the
+        # value: a recursive schema's is written with schemas.enable=false). Named once it failed, not checked
+        # before: a transform rebuilding a schema per record would pay the walk per record
+        refuse_recursive(schema, "JsonConverter")
+        raise DataError("JsonConverter: a schema nested too deeply to write") from None
     if len(_SCHEMA_JSON) >= CACHE_MAX:
         _SCHEMA_JSON.clear()
     _SCHEMA_JSON[(id(schema), numeric)] = (schema, data)  # the schema kept alive: its id is not reused meanwhile

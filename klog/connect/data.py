@@ -179,8 +179,9 @@ def _cycle_of(schema: Schema) -> str | None:
             on_path.discard(id(node))
             done.add(id(node))
             continue
-        if id(child) in on_path:
-            owner = node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
+        if id(child) in on_path:  # the struct met again (a struct copied around shared fields: that struct)
+            owner = child if isinstance(child, dict) and child.get("type") == "struct" else \
+                node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
             return str(owner.get("name") or "an unnamed struct")
         if id(child) not in done:
             on_path.add(id(child))
@@ -198,6 +199,21 @@ def refuse_recursive(schema: Any, what: str) -> None:
                         "message holding its own type, as ProtobufConverter reads them)")
 
 
+def schema_text(schema: Any, what: str) -> str:
+    """A schema's JSON (keys sorted), a writer's cache key; a recursive schema (json's "Circular reference detected")
+    or one nested deeper than Python's stack is a DataError naming `what` refuses it. (Checked once it failed, not
+    before: a transform rebuilding a schema per record would pay the walk per record.)"""
+    import json
+
+    try:
+        return json.dumps(schema, sort_keys=True, default=str)
+    except (ValueError, RecursionError):
+        refuse_recursive(schema, what)
+        from klog.connect.errors import DataError
+
+        raise DataError(f"{what}: a schema nested too deeply for klog (deeper than Python's stack)") from None
+
+
 def schema_key(schema: Any) -> str:
     """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct's fields (or any part)
     are those of one around it, they are {"recursive": <levels up>}."""
@@ -207,6 +223,10 @@ def schema_key(schema: Any) -> str:
         return json.dumps(schema, sort_keys=True, default=str)
     except ValueError:  # Circular reference detected
         pass
+    except RecursionError:
+        from klog.connect.errors import DataError
+
+        raise DataError("a Connect schema nested too deeply for klog (deeper than Python's stack)") from None
     path: list[int] = []  # ids of the dicts and lists around the one being copied
 
     def acyclic(node: Any) -> Any:

@@ -52,7 +52,7 @@ from klog.connect.converters import (  # JsonConverter's Jackson number texts: o
     decimal_to_bytes,
     from_json,
 )
-from klog.connect.data import DECIMAL, Schema, refuse_recursive
+from klog.connect.data import DECIMAL, Schema, schema_text
 from klog.connect.errors import ConfigError, DataError
 from klog.protocol.json_compat import backward_problems
 from klog.protocol.json_schema import Document, Loader, Node, document_of, validator_of
@@ -498,8 +498,7 @@ class JsonSchemaConverter(Converter):
         known = self._by_object.get(id(schema))
         if known is not None and known[0] is schema:
             return known[1]
-        refuse_recursive(schema, "JsonSchemaConverter")
-        key = json.dumps(schema, sort_keys=True, default=str)
+        key = schema_text(schema, "JsonSchemaConverter")
         hit = self._writers.get(key)
         if hit is None:
             hit = (json_schema_text(schema, self.closed, self.numeric), {})

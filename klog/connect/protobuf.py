@@ -190,15 +190,19 @@ class _ToProto:
         self.unnamed = 0
         self.imports: list[str] = []
         self.children: dict[int, set[str]] = {}  # id of a Message -> the nested messages defined in it
-        # the structs whose messages are being made: id of their fields -> the message's name (a struct holding
-        # itself, a recursive schema, is a field of that message's type: by its name, found in the enclosing scope)
-        self.open: dict[int, str] = {}
+        # the structs whose messages are being made: id of their fields -> the message (a struct holding itself, a
+        # recursive schema, is a field of that message's type: by its name, found in the enclosing scope)
+        self.open: dict[int, proto.Message] = {}
+        self.scope: list[proto.Message] = []  # the messages being made (map entries too), outermost first
+        # each field naming an enclosing message: (the field, the messages around it, the message it names)
+        self.back: list[tuple[proto.Field, list[proto.Message], proto.Message]] = []
 
     def file(self, schema: Schema) -> ProtoOfConnect:
         namespace, name = self._split(self._name_or_default(schema.get("name")))
         out = proto.ProtoFile(syntax="proto3", package=namespace)
         out.types.append(self._message(name, schema))
         out.imports = self.imports
+        self._qualify(namespace)
         return ProtoOfConnect(out, proto.canonical_text(out), f"{namespace}.{name}" if namespace else name)
 
     def _name_or_default(self, name: str | None) -> str:
@@ -218,11 +222,21 @@ class _ToProto:
         if file not in self.imports:
             self.imports.append(file)
 
+    def _qualify(self, namespace: str | None) -> None:
+        """A field naming an enclosing message by its name finds the nearest type of that name (protoc's
+        scoping: from the field's message outward, nested types included): where that is another (a nested
+        message or enum of the same name, defined before or after it), the field names it in full."""
+        for back, around, target in self.back:
+            at = next(i for i, m in enumerate(around) if m is target)
+            if any(t.name == target.name for m in around[at:] for t in m.nested):
+                back.type = "." + ".".join([*([namespace] if namespace else []), *(m.name for m in around[:at + 1])])
+
     def _message(self, name: str, schema: Schema) -> proto.Message:
         message = proto.Message(name)
         index = 1
         fields = schema.get("fields", [])
-        self.open[id(fields)] = name
+        self.open[id(fields)] = message
+        self.scope.append(message)
         for f in fields:
             tag_param = _params(f).get(TAG)
             if tag_param is not None:
@@ -233,6 +247,7 @@ class _ToProto:
             if made is not None:
                 message.fields.append(made)
         del self.open[id(fields)]
+        self.scope.pop()
         return message
 
     def _label(self, schema: Schema) -> str | None:
@@ -246,8 +261,10 @@ class _ToProto:
         if schema.get("type") == "array":
             schema = schema["items"]
         around = self.open.get(id(schema.get("fields"))) if schema.get("type") == "struct" else None
-        if around is not None and not is_union(schema):
-            return proto.Field(name, tag, around, label)  # a message holding its own type (or an enclosing one's)
+        if around is not None and not is_union(schema):  # a message holding its own type (or an enclosing one's)
+            back = proto.Field(name, tag, around.name, label)
+            self.back.append((back, list(self.scope), around))
+            return back
         params: dict[str, str] = {}
         kind = self._data_type(schema, name, params, oneof_member)
         if schema.get("type") == "struct" and is_union(schema):
@@ -289,12 +306,14 @@ class _ToProto:
 
     def _map_entry(self, name: str, schema: Schema) -> proto.Message:
         entry = proto.Message(name)
+        self.scope.append(entry)
         for field_name, tag, part in (("key", 1, schema["keys"]), ("value", 2, schema["values"])):
             made = self._field(entry, part, field_name, tag, False)
             if made is not None:
                 if made.label == "optional":
                     made.label = None  # added to the entry as it is: no synthetic oneof, so no proto3 `optional`
                 entry.fields.append(made)
+        self.scope.pop()
         return entry
 
     def _enum(self, name: str, schema: Schema) -> proto.Enum:
@@ -1226,6 +1245,8 @@ class ProtobufConverter(Converter):
         """The writer's message class built from its own schema (what its registration stores) and the
         conversion into it."""
         if writer.local is None:
+            from google.protobuf.message import DecodeError
+
             from klog.client.protobuf_codec import ProtobufCodecError, local_message_class
 
             try:
@@ -1234,6 +1255,10 @@ class ProtobufConverter(Converter):
                 cls = local_message_class(file, writer.schema.message)
             except (proto.ProtoError, ProtobufCodecError) as e:
                 raise DataError(f"the Connect schema's Protobuf schema is not one Protobuf takes: {e}") from None
+            except (DecodeError, RecursionError):  # its structs nest 100 messages or more: so do their messages, and
+                # protobuf's descriptors (messages themselves) nest no deeper (upb's limit)
+                raise DataError(f"the Connect schema {writer.schema.message} nests its structs too deeply for a "
+                                "Protobuf schema (100 nested messages or more)") from None
             try:
                 write = _ToMessage(self.options).root(writer.connect, cls.DESCRIPTOR)
             except RecursionError:

@@ -259,10 +259,14 @@ class Flatten(Transform):
             out: dict = {}
             self._flat_map(self.need_map(value, "flattening"), "", out)
             return self.replaced(record, None, out)
-        refuse_recursive(schema, "Flatten")  # (Kafka's recurses until its stack overflows)
         fields: list[Schema] = []
         out = {}
-        self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
+        try:
+            self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
+        except RecursionError:  # a struct holding itself as a struct field (Kafka's recurses until its stack
+            # overflows; through a map or an array, as google.protobuf.Struct's, it is kept whole: flattened)
+            refuse_recursive(schema, "Flatten")
+            raise DataError("Flatten: a schema nested too deeply") from None
         return self.replaced(record, rebuilt_struct(schema, fields), out)
 
     def _name(self, prefix: str, name: str) -> str:
