@@ -356,6 +356,9 @@ class Registry:
         self.versions: dict[tuple[str, int], Version] = {}
         self.configs: dict[str | None, dict[str, Any]] = {}  # subject (None: global) -> compatibilityLevel, normalize
         self.modes: dict[str | None, str] = {}  # subject (None: global) -> its mode
+        # the highest id any SCHEMA record read or written held, deleted ones too: a new id comes after it, as
+        # Confluent's IncrementalIdGenerator counts (an id deleted for good, or imported, is never given again)
+        self.max_id = 0
         # a stored schema's (type, text, refs) -> parsed, its canonical() and how deep its references nest
         self._stored: dict[tuple[str, str, str], tuple[Any, str, int]] = {}
         self._unparsable: dict[tuple[str, str, str], str] = {}  # ... -> why klog could not parse it (the last time)
@@ -394,6 +397,8 @@ class Registry:
             if v is None:
                 self.versions.pop(where, None)
             elif isinstance(v, dict) and isinstance(v.get("id"), int) and isinstance(v.get("schema"), str):
+                if not isinstance(v["id"], bool) and v["id"] <= MAX_VERSION:
+                    self.max_id = max(self.max_id, v["id"])
                 refs = v.get("references")
                 self.versions[where] = Version(where[0], where[1], v["id"], v["schema"], bool(v.get("deleted")),
                                                str(v.get("schemaType") or "AVRO"),
@@ -798,7 +803,7 @@ class Registry:
         for v in self.versions.values():
             if self.canonical_of(v) == key:
                 return v.id
-        return max((v.id for v in self.versions.values()), default=0) + 1
+        return self.max_id + 1
 
     def delete_subject(self, subject: str, permanent: bool) -> list[int]:
         with self.lock:
