@@ -179,7 +179,7 @@ def _avro(schema: Any, namespace: str, defined: set[str]) -> Any:
         if schema.get("doc"):
             out["doc"] = schema["doc"]
         if schema.get("aliases"):
-            out["aliases"] = sorted({_full(str(a), space) for a in schema["aliases"]})
+            out["aliases"] = sorted({_full(a, space) for a in _aliases(schema["aliases"])})
         if kind == "enum" and "default" in schema:
             out["default"] = schema["default"]
         return {**out, **_props(schema, reserved | ({"default"} if kind == "enum" else set()))}
@@ -191,6 +191,14 @@ def _avro(schema: Any, namespace: str, defined: set[str]) -> Any:
     return _avro(kind, namespace, defined) if isinstance(kind, str) else schema
 
 
+def _aliases(aliases: Any) -> list[str]:
+    """Aliases as Avro has them, a list of names; anything else (a string, whose letters sorted would be other
+    aliases) leaves the schema as it was written (avro_normalized's TypeError)."""
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise TypeError("aliases are a list of names")
+    return aliases
+
+
 def _field(f: Any, namespace: str, defined: set[str]) -> Any:
     if not isinstance(f, dict):
         return f
@@ -200,7 +208,7 @@ def _field(f: Any, namespace: str, defined: set[str]) -> Any:
     if "doc" in f:
         out["doc"] = f["doc"]
     if f.get("aliases"):
-        out["aliases"] = sorted(f["aliases"])
+        out["aliases"] = sorted(_aliases(f["aliases"]))
     if "default" in f:
         out["default"] = f["default"]
     return {**out, **_props(f, _FIELD_RESERVED)}
@@ -220,6 +228,7 @@ def protobuf_normalized(model: proto.ProtoFile, descriptor: Any = None,
         _Resolver(descriptor).file(out)
     names = _Declared([model, *(dependencies or {}).values()])
     scope = out.package.split(".") if out.package else []
+    names.proto3 = out.syntax == "proto3"
     if out.syntax == "proto2":
         out.syntax = None
     out.imports = sorted(set(out.imports))
@@ -312,7 +321,11 @@ def _type(t: proto.Message | proto.Enum, names: _Declared, scope: list[str]) -> 
     if isinstance(t, proto.Enum):
         for c in t.constants:
             c.options = names.options(c.options, inner)
-        t.constants = sorted(t.constants, key=lambda c: (c.number, c.name))
+        constants = sorted(t.constants, key=lambda c: (c.number, c.name))
+        if names.proto3 and constants and constants[0].number != 0 and t.constants:  # a negative number sorted
+            constants.remove(t.constants[0])  # first: proto3's first constant is its zero, its fields' default
+            constants.insert(0, t.constants[0])  # (protoc refuses another), so it stays first
+        t.constants = constants
         return
     t.fields = _fields(t.fields, names, inner)
     oneofs = [o for o in t.oneofs if o.fields]
@@ -336,6 +349,7 @@ class _Declared:
     again, a singular scalar's last one kept, a repeated field's gathered into a list), all sorted by name."""
 
     def __init__(self, files: list[proto.ProtoFile]) -> None:
+        self.proto3 = False  # the schema's syntax (its enums open: their first constant is zero)
         self.messages: dict[str, tuple[proto.Message, list[str]]] = {}  # full name -> (message, its scope)
         self.extensions: dict[str, tuple[proto.Field, list[str]]] = {}  # full name -> (field, where declared)
         self._by_name: dict[int, dict[str, proto.Field]] = {}  # a message's id -> its fields by name
