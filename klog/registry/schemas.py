@@ -110,6 +110,16 @@ def mode_key(subject: str | None) -> bytes:
     return _compact({"keytype": "MODE", **({} if subject is None else {"subject": subject}), "magic": 0})
 
 
+def _our_key(k: dict[str, Any]) -> bytes | None:
+    """The key klog writes for the record a _schemas key (parsed) names: SCHEMA, CONFIG and MODE ones."""
+    subject = k.get("subject")
+    if k.get("keytype") == "SCHEMA" and isinstance(subject, str) and isinstance(k.get("version"), int):
+        return schema_key(subject, k["version"])
+    if k.get("keytype") in ("CONFIG", "MODE") and (subject is None or isinstance(subject, str)):
+        return config_key(subject) if k["keytype"] == "CONFIG" else mode_key(subject)
+    return None
+
+
 def not_permitted(message: str) -> RegistryError:
     """Confluent's OperationNotPermittedException: 42205."""
     return RegistryError(422, 42205, message)
@@ -371,6 +381,11 @@ class Registry:
         self._changes = 0  # versions added, changed or removed (what a failure to parse references holds for)
         # a stored schema's key -> _changes when it failed to parse (-1: it has no references, so for good)
         self._failed: dict[tuple[str, str, str], int] = {}
+        # klog's key of a record -> the other spellings of that key in _schemas holding a value (Confluent until 6.1
+        # and Karapace write a global CONFIG or MODE key with "subject":null, Confluent since 6.2 without it):
+        # a change writes tombstones for them, or compaction would keep the other spelling's older value and
+        # bring it back at the next start once the change's own tombstone is compacted away
+        self._spellings: dict[bytes, set[bytes]] = {}
         self._load()
         self._producer = store.producer()
 
@@ -393,6 +408,12 @@ class Registry:
             return  # not ours (Confluent's NOOP and others are JSON too, and skipped below)
         if not isinstance(k, dict):
             return
+        ours = _our_key(k)
+        if ours is not None and key != ours:
+            if value is None:
+                self._spellings.get(ours, set()).discard(key)
+            else:
+                self._spellings.setdefault(ours, set()).add(key)
         if k.get("keytype") == "SCHEMA" and isinstance(k.get("subject"), str) and isinstance(k.get("version"), int):
             where = (k["subject"], k["version"])
             was = self.versions.get(where)
@@ -436,6 +457,7 @@ class Registry:
     def _write(self, items: list[tuple[bytes, Any]]) -> None:
         """Each change written and acknowledged (durable) before it is applied and answered. A record larger than
         the topic's max.message.bytes is Confluent's 42209 (what was written before it is applied)."""
+        items = [(other, None) for key, _ in items for other in sorted(self._spellings.get(key, ()))] + items
         sent = 0
         try:
             for key, doc in items:

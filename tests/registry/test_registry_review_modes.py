@@ -202,3 +202,42 @@ def test_a_schema_larger_than_a_schemas_record_may_be_is_confluents_42209_not_a_
                                                  "message": "Register operation failed because schema is too large"})
     assert _register(url, "small", '"string"') == (200, {"id": 1})
     assert call(url, "GET", "/subjects")[1] == ["small"]
+
+
+def _compacted_copy(data_dir: str, copy_dir: str) -> None:
+    """_schemas as Kafka's compaction leaves it once tombstones are past delete.retention.ms: each key's last
+    record, in offset order, no tombstones."""
+    import klog
+    with klog.open(data_dir) as source:
+        records = [(r.offset, r.key, r.value) for r in source.consumer("_schemas")]
+    last = {key: (offset, value) for offset, key, value in records}
+    with klog.open(copy_dir) as target:
+        target.create_topic("_schemas", partitions=1, configs={"cleanup.policy": "compact"})
+        with target.producer() as p:
+            for key, (_, value) in sorted(last.items(), key=lambda item: item[1][0]):
+                if value is not None:
+                    p.send("_schemas", value, key=key)
+
+
+@pytest.mark.slow
+def test_a_mode_removed_stays_removed_after_compaction_whatever_key_spelling_wrote_it(data_dir, tmp_path):
+    """Confluent until 6.1 (and Karapace) wrote the global MODE (and CONFIG) key with "subject":null, Confluent since
+    without it: klog's tombstone under its own spelling left the other's record, which compaction keeps (its key's
+    last record) after it removes the tombstone: the mode came back at the next start."""
+    import klog
+    old = [({"keytype": "MODE", "subject": None, "magic": 0}, {"subject": None, "mode": "READONLY"}),
+           ({"keytype": "MODE", "subject": "s", "magic": 0}, {"subject": "s", "mode": "IMPORT"})]
+    with klog.open(data_dir) as s:
+        s.create_topic("_schemas", partitions=1, configs={"cleanup.policy": "compact"})
+        with s.producer() as p:
+            for key, value in old:
+                p.send("_schemas", json.dumps(value).encode(), key=json.dumps(key).encode())
+    with serving(data_dir) as url:
+        assert call(url, "GET", "/mode") == (200, {"mode": "READONLY"})
+        assert call(url, "DELETE", "/mode") == (200, {"mode": "READONLY"})
+        assert call(url, "PUT", "/mode/s", {"mode": "READWRITE"})[0] == 200
+    copy = str(tmp_path / "compacted")
+    _compacted_copy(data_dir, copy)
+    with serving(copy) as url:
+        assert call(url, "GET", "/mode") == (200, {"mode": "READWRITE"})
+        assert call(url, "GET", "/mode/s") == (200, {"mode": "READWRITE"})
