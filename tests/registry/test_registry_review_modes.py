@@ -241,3 +241,37 @@ def test_a_mode_removed_stays_removed_after_compaction_whatever_key_spelling_wro
     with serving(copy) as url:
         assert call(url, "GET", "/mode") == (200, {"mode": "READWRITE"})
         assert call(url, "GET", "/mode/s") == (200, {"mode": "READWRITE"})
+
+
+@pytest.mark.slow
+def test_no_registration_lands_after_read_only_is_answered(url):
+    """Two clients: one registering new versions as fast as it can, one setting READONLY. Once the mode is
+    answered, the subject's versions are what they stay: a registration compared before the mode changed is
+    judged again under the lock, and refused."""
+    import threading
+    import time
+    assert call(url, "PUT", "/config", {"compatibility": "NONE"})[0] == 200
+    answers: list[tuple[int, object]] = []
+    stop = threading.Event()
+
+    def register_many() -> None:
+        for i in range(400):
+            if stop.is_set():
+                return
+            schema = json.dumps({"type": "record", "name": "R", "fields": [{"name": f"f{i}", "type": "int"}]})
+            answers.append(_register(url, "s", schema))
+
+    writer = threading.Thread(target=register_many)
+    writer.start()
+    deadline = time.monotonic() + 10
+    while not any(status == 200 for status, _ in answers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert call(url, "PUT", "/mode", {"mode": "READONLY"})[0] == 200
+    then = call(url, "GET", "/subjects/s/versions")[1]
+    time.sleep(0.3)
+    stop.set()
+    writer.join(timeout=30)
+    assert not writer.is_alive()
+    assert call(url, "GET", "/subjects/s/versions")[1] == then
+    refused = [a for status, a in answers if status != 200]
+    assert refused and all(a["error_code"] == 42205 for a in refused)
