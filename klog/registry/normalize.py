@@ -25,6 +25,7 @@ import decimal
 import itertools
 import json
 import re
+import uuid
 from typing import Any
 
 from klog.protocol import protobuf_schema as proto
@@ -37,13 +38,21 @@ _LOGICAL = ("logicalType", "precision", "scale")
 
 
 def json_normalized(text: Any) -> Any:
-    """A JSON schema's text normalized (text that is not JSON is left for parsing to refuse)."""
+    """A JSON schema's text normalized (text that is not JSON is left for parsing to refuse). Each number is
+    kept as written: read as a float, `1e400` was written `Infinity` (no JSON) and `1e-400` `0.0`."""
     if not isinstance(text, str):
         return text
+    token, numbers = uuid.uuid4().hex, []
+
+    def keep(number: str) -> str:
+        numbers.append(number)
+        return f"{token}{len(numbers) - 1}"
     try:
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        doc = json.loads(text, parse_float=keep, parse_int=keep, parse_constant=keep)
+        out = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError):
         return text
+    return re.sub(f'"{token}([0-9]+)"', lambda m: numbers[int(m.group(1))], out) if numbers else out
 
 
 def avro_normalized(text: Any, known: set[str] | frozenset[str] = frozenset()) -> Any:
