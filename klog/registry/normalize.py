@@ -2,7 +2,7 @@
 `normalize` config of a subject or the registry): a schema's text made its normalized form before it is parsed,
 looked up and stored, so that two schemas that differ only in what normalization removes are one schema, one id.
 
-- JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace.
+- JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace, numbers as written.
 - Avro (Confluent's AvroSchemaUtils.toNormalizedString, its adaptation of Avro's Parsing Canonical Form that keeps
   what the canonical form drops): each named type defined once (later uses and the types the schema's references
   define are their name), `{"type": "int"}` without properties just `"int"`, other properties sorted by name,
