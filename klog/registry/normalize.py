@@ -2,7 +2,7 @@
 `normalize` config of a subject or the registry): a schema's text made its normalized form before it is parsed,
 looked up and stored, so that two schemas that differ only in what normalization removes are one schema, one id.
 
-- JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace.
+- JSON Schema (Confluent's JsonSchema.normalize): keys sorted, no whitespace, numbers as written.
 - Avro (Confluent's AvroSchemaUtils.toNormalizedString, its adaptation of Avro's Parsing Canonical Form that keeps
   what the canonical form drops): each named type defined once (later uses and the types the schema's references
   define are their name), `{"type": "int"}` without properties just `"int"`, other properties sorted by name,
@@ -25,6 +25,7 @@ import decimal
 import itertools
 import json
 import re
+import uuid
 from typing import Any
 
 from klog.protocol import protobuf_schema as proto
@@ -37,13 +38,21 @@ _LOGICAL = ("logicalType", "precision", "scale")
 
 
 def json_normalized(text: Any) -> Any:
-    """A JSON schema's text normalized (text that is not JSON is left for parsing to refuse)."""
+    """A JSON schema's text normalized (text that is not JSON is left for parsing to refuse). Each number is
+    kept as written: read as a float, `1e400` was written `Infinity` (no JSON) and `1e-400` `0.0`."""
     if not isinstance(text, str):
         return text
+    token, numbers = uuid.uuid4().hex, []
+
+    def keep(number: str) -> str:
+        numbers.append(number)
+        return f"{token}{len(numbers) - 1}"
     try:
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        doc = json.loads(text, parse_float=keep, parse_int=keep, parse_constant=keep)
+        out = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError):
         return text
+    return re.sub(f'"{token}([0-9]+)"', lambda m: numbers[int(m.group(1))], out) if numbers else out
 
 
 def avro_normalized(text: Any, known: set[str] | frozenset[str] = frozenset()) -> Any:
@@ -179,7 +188,7 @@ def _avro(schema: Any, namespace: str, defined: set[str]) -> Any:
         if schema.get("doc"):
             out["doc"] = schema["doc"]
         if schema.get("aliases"):
-            out["aliases"] = sorted({_full(str(a), space) for a in schema["aliases"]})
+            out["aliases"] = sorted({_full(a, space) for a in _aliases(schema["aliases"])})
         if kind == "enum" and "default" in schema:
             out["default"] = schema["default"]
         return {**out, **_props(schema, reserved | ({"default"} if kind == "enum" else set()))}
@@ -191,6 +200,14 @@ def _avro(schema: Any, namespace: str, defined: set[str]) -> Any:
     return _avro(kind, namespace, defined) if isinstance(kind, str) else schema
 
 
+def _aliases(aliases: Any) -> list[str]:
+    """Aliases as Avro has them, a list of names; anything else (a string, whose letters sorted would be other
+    aliases) leaves the schema as it was written (avro_normalized's TypeError)."""
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise TypeError("aliases are a list of names")
+    return aliases
+
+
 def _field(f: Any, namespace: str, defined: set[str]) -> Any:
     if not isinstance(f, dict):
         return f
@@ -200,7 +217,7 @@ def _field(f: Any, namespace: str, defined: set[str]) -> Any:
     if "doc" in f:
         out["doc"] = f["doc"]
     if f.get("aliases"):
-        out["aliases"] = sorted(f["aliases"])
+        out["aliases"] = sorted(_aliases(f["aliases"]))
     if "default" in f:
         out["default"] = f["default"]
     return {**out, **_props(f, _FIELD_RESERVED)}
@@ -220,6 +237,7 @@ def protobuf_normalized(model: proto.ProtoFile, descriptor: Any = None,
         _Resolver(descriptor).file(out)
     names = _Declared([model, *(dependencies or {}).values()])
     scope = out.package.split(".") if out.package else []
+    names.proto3 = out.syntax == "proto3"
     if out.syntax == "proto2":
         out.syntax = None
     out.imports = sorted(set(out.imports))
@@ -312,7 +330,11 @@ def _type(t: proto.Message | proto.Enum, names: _Declared, scope: list[str]) -> 
     if isinstance(t, proto.Enum):
         for c in t.constants:
             c.options = names.options(c.options, inner)
-        t.constants = sorted(t.constants, key=lambda c: (c.number, c.name))
+        constants = sorted(t.constants, key=lambda c: (c.number, c.name))
+        if names.proto3 and constants and constants[0].number != 0 and t.constants:  # a negative number sorted
+            constants.remove(t.constants[0])  # first: proto3's first constant is its zero, its fields' default
+            constants.insert(0, t.constants[0])  # (protoc refuses another), so it stays first
+        t.constants = constants
         return
     t.fields = _fields(t.fields, names, inner)
     oneofs = [o for o in t.oneofs if o.fields]
@@ -336,6 +358,7 @@ class _Declared:
     again, a singular scalar's last one kept, a repeated field's gathered into a list), all sorted by name."""
 
     def __init__(self, files: list[proto.ProtoFile]) -> None:
+        self.proto3 = False  # the schema's syntax (its enums open: their first constant is zero)
         self.messages: dict[str, tuple[proto.Message, list[str]]] = {}  # full name -> (message, its scope)
         self.extensions: dict[str, tuple[proto.Field, list[str]]] = {}  # full name -> (field, where declared)
         self._by_name: dict[int, dict[str, proto.Field]] = {}  # a message's id -> its fields by name
