@@ -70,6 +70,11 @@ def test_a_batch_inside_the_damaged_last_batch_is_never_resumed_at(cli, data_dir
         r = cli("consume", "t", "-o", start)
         assert b"forged" not in r.stdout, (start, r)
         assert_one_line_error(r, 1, "CRC mismatch")
+    # before, the discard kept the embedded batch: "the log now starts at 15", "forged" at 15 for good
+    r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
+    assert r.exit_code == 0 and "discarded offsets 0..19" in r.out and "now starts at 20" in r.out, r
+    assert cli("verify", "t").out.strip() == "t-0 replica 0: ok"
+    assert cli("consume", "t").stdout == b""
 
 
 @pytest.mark.slow
