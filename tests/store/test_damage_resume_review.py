@@ -148,3 +148,33 @@ def test_good_batches_between_two_damaged_ones_are_read_not_reported_damaged(cli
     r = cli("consume", "t", "-o", "100")
     assert (r.exit_code, r.stdout) == (0, b"".join(b"%d\n" % i for i in range(100, 160))), r
     assert_one_line_error(cli("consume", "t", "-o", "85"), 1, "invalid batch header")
+
+
+@pytest.mark.slow
+def test_a_fetch_from_inside_the_damaged_range_is_corrupt_message_not_the_embedded_batch(cli, data_dir):
+    """klog serve: Fetch at 15 (inside the damaged 10..19, whose last record holds batches 15
+    and 16) answers CORRUPT_MESSAGE with no records; Fetch at 22 answers from the real batch 20."""
+    from kio.schema.fetch.v12.request import FetchPartition, FetchTopic
+
+    from klog.server import Server
+    from tests.serve_helpers import RawClient, fetch_fields
+
+    path = _write_with_embedded(cli, data_dir, _forged(15) + _forged(16, b"forged too"))
+    assert cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(20, 30))).exit_code == 0
+    positions = _positions(path)
+    with open(path, "r+b") as f:
+        f.seek(positions[1] + 8)
+        f.write(b"\x40")
+    with open(path, "rb") as f:
+        real = f.read()[positions[2]:]
+    got = {}
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server, RawClient(server.port) as client:
+        for offset in (15, 22):
+            fields = fetch_fields("t", 0, 0)
+            fields["topics"] = (FetchTopic(topic="t", partitions=(FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1 << 20),)),)
+            [part] = client.send(1, 12, **fields).responses[0].partitions
+            got[offset] = (int(part.error_code), bytes(part.records or b""))
+    assert got[15] == (2, b""), got[15]  # CORRUPT_MESSAGE
+    assert got[22] == (0, real), got[22]
