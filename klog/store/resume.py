@@ -67,6 +67,7 @@ class _Bounds:
         # the first offset not read: the damaged batch holds it, so a resumed batch starts after it
         self.first_missing = first_missing
         self.upper = upper  # the log end (None: no bound): a resumed batch starts below it
+        self.scan_after = -1  # the damaged batch's claimed last offset: a batch the scan finds starts past it
 
     def offsets_ok(self, header: BatchHeader) -> bool:
         base = header.base_offset
@@ -96,8 +97,10 @@ class _Bounds:
         """Does what follows the batch at `position` go on as a log would (the segment's end, a
         cut batch at the end, or a header whose offsets come after it)?"""
         after = position + header.size
-        if self.end - after < RECORD_BATCH_OVERHEAD:
+        if after == self.end:
             return True
+        # (a few bytes short of the end is no log's end: a batch held as a record's value in the
+        # damaged batch's last record ends there, before the record's header count)
         following = self.header_at(after)
         return following is not None and following.base_offset >= header.next_offset
 
@@ -159,6 +162,13 @@ def resume_after(read: Read, end: int, base_offset: int, damage_position: int, f
     start, stop = damage_position + 1, min(end, damage_position + 1 + scan_bytes_max)
     if target is not None:  # the window ends at the entry: the batches just before it are the ones to find
         start, stop = max(start, target.position - scan_bytes_max), target.position
+    # a batch the scan finds inside the damaged batch's own bytes (a record's value that is itself a
+    # batch) claims offsets the damaged batch holds: past a damaged header whose offsets still read
+    # as a batch reaching the first offset not read, the scan takes only batches past them
+    claimed = read_header(damaged) if len(damaged) == RECORD_BATCH_OVERHEAD else None
+    if (claimed is not None and claimed.magic == MAGIC_V2 and claimed.last_offset >= first_missing
+            and 0 <= claimed.last_offset_delta <= RELATIVE_OFFSET_MAX):
+        bounds.scan_after = claimed.last_offset
     found = _scan(bounds, start, stop, target)
     return found if found is not None else target
 
@@ -190,7 +200,7 @@ def _scan(bounds: _Bounds, start: int, stop: int, target: Resumed | None) -> Res
                 return None
             here = position + head_at
             header = bounds.valid_at(here, chunk[head_at:head_at + RECORD_BATCH_OVERHEAD])
-            if header is None:
+            if header is None or header.base_offset <= bounds.scan_after:
                 continue
             if (bounds.chains_to(here, header, target.position) if target is not None
                     else bounds.continued(here, header)):

@@ -424,22 +424,34 @@ class LogSegment:
         """The batch holding `offset` (or the first after it), walked to from the first valid
         batch after the damage `error` names, when that batch starts at or below `offset` (each
         batch on the way checked against the one before it, as the walk from an index entry is)."""
-        if error.position is None or error.path != self.log_path:
+        while True:
+            if error.position is None or error.path != self.log_path:
+                return None
+            # (the batch walked over last was not CRC-checked: its own length may have led the walk into
+            # garbage, so the offsets after its base are not known to be read)
+            first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
+            resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
+            if resumed is None or resumed.header.base_offset > offset:
+                return None
+            before = None
+            try:
+                for batch in walk_batches(opened.read, resumed.position, end, chunk_bytes=chunk_bytes,
+                                          path=self.log_path):
+                    if before is not None:
+                        self._check_follows(before, batch.position, batch.header, gap_ok)
+                    if batch.header.last_offset >= offset:
+                        return batch.position, batch.header, batch.chunk, batch.at
+                    before = batch.header
+            except CorruptLogError as e:
+                # a further damaged batch on the way to `offset`: resume past it too (its position
+                # is past this one's, so the loop ends); before, a read from past a second damage
+                # in one segment failed there and --skip-damaged reported the good batches
+                # between it and the read's offset as damaged
+                if e.position is None or e.position <= error.position:
+                    raise
+                error = e
+                continue
             return None
-        # (the batch walked over last was not CRC-checked: its own length may have led the walk into
-        # garbage, so the offsets after its base are not known to be read)
-        first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
-        resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
-        if resumed is None or resumed.header.base_offset > offset:
-            return None
-        before = None
-        for batch in walk_batches(opened.read, resumed.position, end, chunk_bytes=chunk_bytes, path=self.log_path):
-            if before is not None:
-                self._check_follows(before, batch.position, batch.header, gap_ok)
-            if batch.header.last_offset >= offset:
-                return batch.position, batch.header, batch.chunk, batch.at
-            before = batch.header
-        return None
 
     def resume_after_damage(self, position: int, first_missing: int, upper: int | None = None,
                             read: Read | None = None, end: int | None = None,
