@@ -723,6 +723,12 @@ def _full_name(avro: Any) -> str:
     return str(avro)
 
 
+def normalize_query(config: dict[str, Any]) -> str:
+    """The query string of a registration or a lookup by schema: `?normalize=true` with normalize.schemas,
+    as Confluent's serializers send it (the registry then registers and looks up the normalized form)."""
+    return "?normalize=true" if config.get("normalize.schemas") else ""
+
+
 class AvroConverter(Converter):
     java_class = "io.confluent.connect.avro.AvroConverter"
     config_def = (ConfigDef()
@@ -735,7 +741,9 @@ class AvroConverter(Converter):
                   .define("basic.auth.credentials.source", default="URL", choices=("url", "user_info"))
                   .define("basic.auth.user.info", "password", default="")
                   .define("schemas.cache.size", "int", 1000, at_least=1)
-                  .define("scrub.invalid.names", "boolean", False))
+                  .define("scrub.invalid.names", "boolean", False)
+                  # as Confluent's serializer: the registration and the lookup by schema send normalize=true
+                  .define("normalize.schemas", "boolean", False))
 
     def __init__(self, props: dict[str, str], is_key: bool) -> None:
         super().__init__(props, is_key)
@@ -819,9 +827,10 @@ class AvroConverter(Converter):
                 raise DataError(f"the latest schema of {subject} is {latest['schemaType']}, not Avro")
             return _Writer(writer.connect, latest_avro=latest_avro, scrub=writer.scrub), latest_id
         body = {"schema": writer.text}
+        query = normalize_query(self.config)
         if self.config["auto.register.schemas"]:
-            return writer, int(self.registry.call("POST", f"{path}/versions", body)["id"])
-        return writer, int(self.registry.call("POST", path, body)["id"])
+            return writer, int(self.registry.call("POST", f"{path}/versions{query}", body)["id"])
+        return writer, int(self.registry.call("POST", path + query, body)["id"])
 
     # bytes -> Connect
     def to_connect(self, topic: str, data: bytes | None) -> tuple[Schema | None, Any]:

@@ -39,6 +39,7 @@ from klog.connect.avro import (
     _put_bounded,
     check_latest_reads,
     framed_reader,
+    normalize_query,
     subject_name,
 )
 from klog.connect.config import ConfigDef
@@ -529,8 +530,8 @@ class JsonSchemaConverter(Converter):
             found = int(latest["id"])
         else:
             body = {"schemaType": "JSON", "schema": text}
-            found = int(self.registry.call("POST", f"{path}/versions" if self.config["auto.register.schemas"]
-                                           else path, body)["id"])
+            found = int(self.registry.call("POST", (f"{path}/versions" if self.config["auto.register.schemas"]
+                                            else path) + normalize_query(self.config), body)["id"])
         ids[subject] = found
         return found
 

@@ -47,6 +47,7 @@ from klog.connect.avro import (
     _ordered,
     _put_bounded,
     framed_reader,
+    normalize_query,
     scrub_name,
     split_name,
     subject_name,
@@ -1165,7 +1166,6 @@ class ProtobufConverter(Converter):
                   .define("schemas.cache.config", "int", 1000, at_least=1)  # ProtobufData's (no bytes change)
                   # Confluent's settings that change the bytes or the registered schema, not done here: refused
                   # by name, never ignored
-                  .define("normalize.schemas", "boolean", False, check=_only(False, "schemas are not normalized"))
                   .define("use.schema.id", "int", -1, check=_only(-1, "records are written with their schema's id"))
                   .define("use.schema.guid", default="", check=_only("", "schema GUIDs are not used"))
                   .define("use.latest.with.metadata", default="", check=_only("", "schema metadata is not used"))
@@ -1295,10 +1295,11 @@ class ProtobufConverter(Converter):
             except RecursionError:
                 raise DataError(f"the Connect schema {writer.schema.message} nests too deeply for klog") from None
         else:
+            query = normalize_query(self.config)
             if self.config["auto.register.schemas"]:
-                schema_id = int(self.registry.call("POST", f"{path}/versions", body)["id"])
+                schema_id = int(self.registry.call("POST", f"{path}/versions{query}", body)["id"])
             else:
-                schema_id = int(self.registry.call("POST", path, body)["id"])
+                schema_id = int(self.registry.call("POST", path + query, body)["id"])
             cls, write, index_path = self._local(writer)  # the registered schema is the writer's own
         return _Written(schema_id, MAGIC + struct_.pack(">I", schema_id) + write_indexes(index_path), cls, write)
 

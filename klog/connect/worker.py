@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klog.client.producer import GC_PAUSE_MIN_RECORDS, _gc_paused
+from klog.client.producer_settings import acks_setting
 from klog.connect import storage
 from klog.connect.api import (
     TP,
@@ -44,7 +45,8 @@ FLUSH_BATCH_RECORDS = 2048
 FLUSH_LAG_S = 0.2
 # Kafka producer properties klog's producers take, as `producer.*` (worker) / `producer.override.*`
 PRODUCER_SETTINGS = {"compression.type": ("compression_type", str), "batch.size": ("batch_size", int),
-                     "linger.ms": ("linger_ms", int), "acks": ("acks", str), "buffer.memory": ("buffer_memory", int)}
+                     "linger.ms": ("linger_ms", int), "acks": ("acks", acks_setting),  # Kafka's -1 is all
+                     "buffer.memory": ("buffer_memory", int)}
 # the executing class Kafka names (logs, the DLQ's __connect.errors.class.name) for a record its sink
 # task reported (Stage TASK_PUT) and for one its source producer could not send (KAFKA_PRODUCE)
 SINK_TASK = "org.apache.kafka.connect.sink.SinkTask"

@@ -475,13 +475,14 @@ def test_configs_naming_the_converter_pass_validation_and_bad_values_are_refused
         make_converter("key.converter", "protobuf", {}, True)
     # Confluent's settings that would change the bytes or the registered schema are refused by name
     header_ids = "io.confluent.kafka.serializers.schema.id.HeaderSchemaIdSerializer"
-    for key, raw in (("normalize.schemas", "true"), ("use.schema.id", "3"), ("schema.backup.enabled", "true"),
+    for key, raw in (("use.schema.id", "3"), ("schema.backup.enabled", "true"),
                      ("skip.known.types", "false"), ("use.latest.with.metadata", "app=1"),
                      ("latest.cache.ttl.sec", "60"), ("value.schema.id.serializer", header_ids)):
         with pytest.raises(ConfigError, match=f"value.converter.{key}"):
             validate({**config, f"value.converter.{key}": raw})
     assert validate({**config, "value.converter.use.schema.id": "-1", "value.converter.skip.known.types": "true",
-                     "value.converter.schemas.cache.config": "10"}).name == "s"
+                     "value.converter.schemas.cache.config": "10",
+                     "value.converter.normalize.schemas": "true"}).name == "s"  # sends ?normalize=true
 
 
 def test_a_decimal_is_rounded_to_the_precision_its_message_gives():
