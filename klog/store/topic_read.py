@@ -172,7 +172,11 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
         part = r.part
         offset = r.offset
         if nowait:
-            hw, start, epoch = _state_nowait(part.state)
+            if part._empty_at is not None and part.known_empty(
+                    looked or (looked := (part._state_dir, part._state_dir_key()))):  # (one stat per call)
+                hw = start = epoch = 0
+            else:
+                hw, start, epoch = _state_nowait(part.state)
             r.high_watermark = r.upper = hw
             r.log_start_offset = start
             if offset < start or offset > hw:
