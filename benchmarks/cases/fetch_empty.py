@@ -95,18 +95,30 @@ def run(bench: Bench) -> None:
                 bench.line(f"[{name}] another client's Metadata during Fetches of {widths[-1]:,} empty partitions "
                            f"({fetches[0]} in {seconds} s): p50 {statistics.median(lat) * 1e3:.1f} ms, "
                            f"p90 {percentile(lat, 90) * 1e3:.1f} ms, max {max(lat) * 1e3:.1f} ms")
-            pollers = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+            stop = threading.Event()
+            answers = [0]
+
+            def poll(stop: threading.Event = stop, answers: list = answers, port: int = server.port) -> None:
+                with socket.create_connection(("127.0.0.1", port)) as poller:
+                    while not stop.is_set():  # (each waits up to 2 s: the watcher reads every partition per tick)
+                        poller.sendall(long_poll)
+                        read_answer(poller)
+                        answers[0] += 1
+
+            threads = [threading.Thread(target=poll) for _ in range(2)]
+            for thread in threads:
+                thread.start()
             try:
-                for poller in pollers:
-                    poller.sendall(long_poll)  # (each waits up to 2 s: the watcher reads every partition per tick)
                 time.sleep(1.0)
                 cpu, started = _cpu_s(server.proc.pid), time.monotonic()
                 lat = metadata_latencies(server.port, seconds)
                 rate = (_cpu_s(server.proc.pid) - cpu) / (time.monotonic() - started)
             finally:
-                for poller in pollers:
-                    poller.close()
-            bench.line(f"[{name}] another client's Metadata while 2 consumers long-poll {watched:,} partitions: "
+                stop.set()
+                for thread in threads:
+                    thread.join(timeout=60)
+            bench.line(f"[{name}] another client's Metadata while 2 consumers long-poll {watched:,} partitions "
+                       f"({answers[0]} answers): "
                        f"p50 {statistics.median(lat) * 1e3:.1f} ms, p90 {percentile(lat, 90) * 1e3:.1f} ms, "
                        f"max {max(lat) * 1e3:.1f} ms; server CPU {rate * 100:.0f}%")
     finally:
