@@ -208,10 +208,10 @@ class Partition:
         a silent short read); the next write, or `klog verify --repair`, rebuilds it."""
         if self._empty_at is not None and self.known_empty():
             return PartitionSnapshot(0, 0, 0)
-        looked = self._state_dir_key()  # (before the looks below: a change after it is seen next time)
         snap = self.state.read_valid()
         if snap is not None:
             return snap
+        looked = self._state_dir_key()  # (before the looks below: a state file created after it is seen next time)
         if self.holds_data():
             # a writer creating the partition may have published its first state and appended
             # between the two looks (it writes the state before the first byte of data), so
