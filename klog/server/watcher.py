@@ -6,17 +6,25 @@ processes (a `klog produce` in a shell) are seen by ONE poll task that re-reads 
 partition's high watermark every `poll_s` (a pread of its state file) and wakes the waiters
 whose partition moved. The cost is per watched partition and tick, not per waiting connection:
 200 consumers long-polling one partition cost one read per tick, and nothing runs while no fetch
-waits.
+waits. A tick waits at least POLL_WAIT_PER_READ times what the last tick's reads took (at most
+POLL_WAIT_MAX): the reads of thousands of watched partitions take a bounded share of the thread
+pool and the GIL, not most of it (this server's own appends still wake their waiters at once;
+other processes' are seen a little later).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 Key = tuple[str, int]  # (topic, partition)
 # reads the current high watermarks of these partitions (None: unreadable, which wakes its waiters)
 ReadMarks = Callable[[list[Key]], Awaitable[dict[Key, int | None]]]
+# a tick's wait after reads that took t seconds: at least 9 t (the reads: at most a tenth of the
+# time), at most POLL_WAIT_MAX (another process's append is seen within about that)
+POLL_WAIT_PER_READ = 9.0
+POLL_WAIT_MAX = 0.5
 
 
 class _Waiter:
@@ -82,16 +90,20 @@ class HighWatermarkWatcher:
             waiter.wake()
 
     async def _poll(self) -> None:
+        wait = self.poll_s
         while self._by_key:
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(wait)
             keys = list(self._by_key)
             if not keys:
                 break
             self.polls += 1
+            started = time.monotonic()
             try:
                 seen = await self._read_marks(keys)
             except Exception:  # noqa: BLE001 - cannot tell: let the fetches look for themselves
                 seen = {}
+            took = time.monotonic() - started
+            wait = max(self.poll_s, min(took * POLL_WAIT_PER_READ, POLL_WAIT_MAX))
             for key in keys:
                 hw = seen.get(key)
                 for waiter in list(self._by_key.get(key, ())):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -53,6 +54,9 @@ IDLE_FLUSH_MS_MAX = FLUSH_MS_TIMED_MAX  # a longer flush.ms (the default is Long
 # a file that vanishes under a lookup (retention deleting a segment meanwhile) is looked up again this
 # often, then is an error: never "nothing there" (a consume --since that prints nothing and exits 0)
 ASKS_ON_VANISHED_FILE = 3
+# known_empty trusts a state folder's mtime this long after it (a file created in the same clock
+# tick as the look may leave the mtime as it was: the folder is looked at again until then)
+EMPTY_TRUST_AFTER_NS = 500_000_000
 FOLLOWER_THREADS = 4  # followers written at once; more replicas than this queue up
 _pool: futures.ThreadPoolExecutor | None = None
 
@@ -170,6 +174,10 @@ class Partition:
         self.retention_hint: tuple[int, tuple[int, int], int, int] | None = None
         self._closed = False
         self.reload_replicas: Callable[[], None] | None = None
+        # an empty partition's reads (see known_empty): the state folder, and its (inode, mtime)
+        # when this partition was last seen with no state file and no replica folder
+        self._state_dir = state_dir
+        self._empty_at: tuple[int, int] | None = None
 
     def set_replica_dirs(self, replica_dirs: list[str]) -> None:
         """Leader first, then the in-sync followers; keeps the open logs it already has."""
@@ -198,9 +206,12 @@ class Partition:
         """The state as readers must see it: a missing, empty or damaged state file over a log
         that holds data is an error (the high watermark is unknown, and reading nothing would be
         a silent short read); the next write, or `klog verify --repair`, rebuilds it."""
+        if self._empty_at is not None and self.known_empty():
+            return PartitionSnapshot(0, 0, 0)
         snap = self.state.read_valid()
         if snap is not None:
             return snap
+        looked = self._state_dir_key()  # (before the looks below: a state file created after it is seen next time)
         if self.holds_data():
             # a writer creating the partition may have published its first state and appended
             # between the two looks (it writes the state before the first byte of data), so
@@ -211,9 +222,42 @@ class Partition:
             raise StateLostError(f"the state file of {self.topic}-{self.partition} ({self.state.path}) is missing "
                                  f"or damaged, so its high watermark is unknown; `klog verify --repair` or the next "
                                  f"write rebuilds it from the log")
+        if looked is not None and not os.path.lexists(self.state.path) and not self.state.held():
+            self._empty_at = looked  # (no state file, no data: so until a state file comes or goes)
         return PartitionSnapshot(0, 0, 0)
 
+    def known_empty(self, looked: tuple[str, tuple[int, int] | None] | None = None) -> bool:
+        """One stat: this partition was seen with no state file and no replica folder, and no file
+        was created or removed in the state folder since. A writer creates the state file before
+        the first byte of data, and a lost state file is one removed (or never written, as an
+        empty one it creates first, which this does not take for missing), so nothing can have
+        been appended since: a served Fetch of 20,000 empty partitions reads no state file and
+        lists no folder for them (`tests/store/test_empty_partition_reads.py`). `looked`: (state
+        folder, its key) as a caller asking for many partitions at once looked at it just before."""
+        key = self._empty_at
+        if key is None:
+            return False
+        now = looked[1] if looked is not None and looked[0] == self._state_dir else self._state_dir_key()
+        if now == key and not self.state.held():
+            return True
+        self._empty_at = None
+        return False
+
+    def _state_dir_key(self) -> tuple[int, int] | None:
+        """The state folder's (inode, mtime), or None while its mtime is too recent to tell a
+        change in the same clock tick from none (a file created just after the look)."""
+        try:
+            st = os.stat(self._state_dir)
+        except OSError:
+            return None
+        if time.time_ns() - st.st_mtime_ns < EMPTY_TRUST_AFTER_NS:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
     def holds_data(self) -> bool:
+        replicas = self.replicas
+        if not any(r._bases for r in replicas) and not any(os.path.lexists(r.directory) for r in replicas):
+            return False  # no folder, no segment known: an empty partition's every read, without a listing
         for replica in self._present_replicas():
             replica.refresh_segments()
             try:

@@ -167,11 +167,16 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
     of `budget` and of `read_total`. `nowait`: see the module's docstring (raises WouldBlock, as
     `bound` may; no failure recorded, no range left pinned)."""
     bisect_right = bisect.bisect_right
+    looked = None  # the state folder's key, looked at once per call (Partition.known_empty)
     for r in reads:
         part = r.part
         offset = r.offset
         if nowait:
-            hw, start, epoch = _state_nowait(part.state)
+            if part._empty_at is not None and part.known_empty(
+                    looked or (looked := (part._state_dir, part._state_dir_key()))):  # (one stat per call)
+                hw = start = epoch = 0
+            else:
+                hw, start, epoch = _state_nowait(part.state)
             r.high_watermark = r.upper = hw
             r.log_start_offset = start
             if offset < start or offset > hw:
@@ -204,8 +209,12 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
                 read_total -= len(data)
             continue
         try:
-            fields = part.state.read_fields()  # (a reader's state: the file; read_valid's cache is the writer's)
-            if fields is not None:
+            if part._empty_at is not None and part.known_empty(
+                    looked or (looked := (part._state_dir, part._state_dir_key()))):  # (no state file read, no listing)
+                fields, snap = None, PartitionSnapshot(0, 0, 0)
+                hw = start = epoch = 0
+            # (a reader's state: the file; read_valid's cache is the writer's)
+            elif (fields := part.state.read_fields()) is not None:
                 hw, start, epoch = fields
                 snap = None
             else:  # missing or damaged: reader_snapshot says whether that is a lost state or a new partition

@@ -180,3 +180,32 @@ def test_a_topic_deleted_while_a_fetch_waits_answers_it_and_the_watcher_goes_idl
     polls = kafka_server.watcher.polls
     time.sleep(0.5)
     assert kafka_server.watcher.waiting == 0 and kafka_server.watcher.polls == polls  # not spinning
+
+
+@pytest.mark.slow
+def test_slow_reads_of_many_watched_partitions_take_a_bounded_share_of_the_time() -> None:
+    """Reads of the watched partitions that take 40 ms a tick (thousands of them) run at most about
+    a tenth of the time, not back to back with 10 ms ticks (4/5 of the pool's time: other clients
+    waited on it); a move is still seen, within POLL_WAIT_MAX and a read."""
+    reads: list[float] = []
+    marks = {("t", 0): 0}
+
+    async def slow_read(keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        reads.append(time.monotonic())
+        await asyncio.sleep(0.04)
+        return {k: marks.get(k, 0) for k in keys}
+
+    async def main() -> tuple[bool, bool, float]:
+        watcher = HighWatermarkWatcher(slow_read, 0.01)
+        idle = await watcher.wait({("t", 0): 0}, 1.2)
+        started = time.monotonic()
+        waiting = asyncio.create_task(watcher.wait({("t", 0): 0}, 5.0))
+        await asyncio.sleep(0.1)
+        marks[("t", 0)] = 3
+        moved = await waiting
+        return idle, moved, time.monotonic() - started
+
+    idle, moved, took = asyncio.run(main())
+    assert not idle and moved and took < 1.5
+    busy = 0.04 * sum(1 for t in reads if t < reads[0] + 1.2)
+    assert busy < 0.25 * 1.2, reads  # (back to back: 24 reads in 1.2 s, 0.96 s of reading)
