@@ -903,6 +903,15 @@ class Registry:
             self._write([(config_key(subject), config)])
         return {("compatibility" if k == "compatibilityLevel" else k): v for k, v in config.items()}
 
+    def delete_config(self) -> dict[str, Any]:
+        """DELETE /config: the global config removed (back to BACKWARD, normalize false), under every spelling of its
+        key; the config it was, as GET /config answered it (Confluent's deleteTopLevelConfig)."""
+        with self.lock:
+            self._writable(None)
+            was = self.config(None)
+            self._write([(config_key(None), None)])
+            return was
+
     def delete_level(self, subject: str | None) -> str:
         with self.lock:
             self._writable(subject)
