@@ -151,12 +151,8 @@ def _config(method: str) -> Route:
         if method == "PUT":
             body = body if isinstance(body, dict) else {}
             return r.set_config(subject, body.get("compatibility"), body.get("normalize"))
-        if method == "DELETE" and subject is None:
-            return r.delete_config()
         if method == "DELETE":
-            if subject not in r.subjects(deleted=True):
-                raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
-            return {"compatibilityLevel": r.delete_level(subject)}
+            return r.delete_config(subject)
         if subject is not None and subject not in r.configs and not _flag(query, "defaultToGlobal"):
             raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility "
                                 "configured")

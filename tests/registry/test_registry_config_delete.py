@@ -71,3 +71,16 @@ def test_confluent_kafkas_client_deletes_the_global_config(url):
     client.set_compatibility(level="FULL")
     assert client.delete_config().compatibility_level.value == "FULL"
     assert client.get_compatibility() == "BACKWARD"
+
+
+def test_deleting_a_subjects_config_answers_its_own_config_or_40401(url):
+    """As Confluent's deleteSubjectConfig: what counts is the subject's own config, not its versions."""
+    assert call(url, "PUT", "/config/planned", {"compatibility": "FULL"})[0] == 200  # no versions yet
+    assert call(url, "DELETE", "/config/planned") == (200, {"compatibilityLevel": "FULL"})
+    assert call(url, "GET", "/config/planned")[1]["error_code"] == 40408
+    assert call(url, "PUT", "/config", {"compatibility": "NONE"})[0] == 200
+    assert call(url, "POST", "/subjects/s/versions", {"schema": '"string"'}) == (200, {"id": 1})
+    assert call(url, "DELETE", "/config/s") == (404, {"error_code": 40401, "message": "Subject 's' not found."})
+    assert call(url, "PUT", "/config/s", {"normalize": True})[0] == 200  # its level: the default's, not the global
+    assert call(url, "DELETE", "/config/s") == (200, {"compatibilityLevel": "BACKWARD", "normalize": True})
+    assert call(url, "DELETE", "/config/nobody")[1]["error_code"] == 40401
