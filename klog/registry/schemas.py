@@ -903,10 +903,17 @@ class Registry:
             self._write([(config_key(subject), config)])
         return {("compatibility" if k == "compatibilityLevel" else k): v for k, v in config.items()}
 
-    def delete_level(self, subject: str | None) -> str:
+    def delete_config(self, subject: str | None = None) -> dict[str, Any]:
+        """DELETE /config[/{s}]: the config removed (the global one's under every spelling of its key: back to
+        BACKWARD, normalize false; a subject's: back to the global one); the config it was, as Confluent's
+        ConfigResource answers it: the global one as GET /config did, a subject's own with the default level when
+        it set only `normalize`, and 40401 for a subject without its own config (whether or not it has versions)."""
         with self.lock:
+            if subject is not None and subject not in self.configs:
+                raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
             self._writable(subject)
-            was = self.level(subject)
+            was = self.config(None) if subject is None else \
+                {"compatibilityLevel": DEFAULT_LEVEL, **self.configs[subject]}
             self._write([(config_key(subject), None)])
             return was
 

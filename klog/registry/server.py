@@ -6,8 +6,8 @@ references.
 GET /subjects, GET|DELETE /subjects/{s}, POST /subjects/{s} (lookup), GET|POST /subjects/{s}/versions,
 GET|DELETE /subjects/{s}/versions/{v}, GET /subjects/{s}/versions/{v}/schema,
 GET /subjects/{s}/versions/{v}/referencedby, GET /schemas/ids/{id}[/schema|/subjects|/versions]
-(`?format=serialized`: a Protobuf schema as its base64 FileDescriptorProto), GET /schemas/types, GET|PUT /config,
-GET|PUT|DELETE /config/{s}, GET|PUT|DELETE /mode[/{s}], POST /compatibility/subjects/{s}/versions[/{v}];
+(`?format=serialized`: a Protobuf schema as its base64 FileDescriptorProto), GET /schemas/types,
+GET|PUT|DELETE /config[/{s}], GET|PUT|DELETE /mode[/{s}], POST /compatibility/subjects/{s}/versions[/{v}];
 `normalize=true` (or the `normalize` config) on a register, lookup or compatibility request.
 Errors answer {"error_code": N, "message": ...} with Confluent's codes; a bad request is one log line.
 """
@@ -152,9 +152,7 @@ def _config(method: str) -> Route:
             body = body if isinstance(body, dict) else {}
             return r.set_config(subject, body.get("compatibility"), body.get("normalize"))
         if method == "DELETE":
-            if subject is not None and subject not in r.subjects(deleted=True):
-                raise RegistryError(404, 40401, f"Subject '{subject}' not found.")
-            return {"compatibilityLevel": r.delete_level(subject)}
+            return r.delete_config(subject)
         if subject is not None and subject not in r.configs and not _flag(query, "defaultToGlobal"):
             raise RegistryError(404, 40408, f"Subject '{subject}' does not have subject-level compatibility "
                                 "configured")
@@ -212,6 +210,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("associations/resources/{}/{}", "GET"): _associations,
     ("config", "GET"): _config("GET"),
     ("config", "PUT"): _config("PUT"),
+    ("config", "DELETE"): _config("DELETE"),
     ("config/{}", "GET"): _config("GET"),
     ("config/{}", "PUT"): _config("PUT"),
     ("config/{}", "DELETE"): _config("DELETE"),

@@ -50,6 +50,7 @@ def test_modes_are_read_set_and_deleted_as_confluent_answers(url):
 @pytest.mark.parametrize("mode", ["READONLY", "READONLY_OVERRIDE"])
 def test_read_only_refuses_every_write_but_answers_what_is_there(url, mode):
     assert call(url, "POST", "/subjects/u/versions", {"schema": V1}) == (200, {"id": 1})
+    assert call(url, "PUT", "/config/u", {"compatibility": "FULL"})[0] == 200  # (else DELETE /config/u is 40401)
     assert call(url, "PUT", "/mode", {"mode": mode})[0] == 200
     refused = [("POST", "/subjects/u/versions", {"schema": V2}), ("DELETE", "/subjects/u", None),
                ("DELETE", "/subjects/u/versions/1", None), ("PUT", "/config/u", {"compatibility": "NONE"}),

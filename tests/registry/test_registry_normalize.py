@@ -115,7 +115,7 @@ def test_the_normalize_config_normalizes_without_the_query(url):
     status, answer = call(url, "PUT", "/config", {"normalize": "yes"})
     assert (status, answer["error_code"]) == (422, 42203)
     assert call(url, "PUT", "/config", {})[1]["error_code"] == 42203
-    assert call(url, "DELETE", "/config/c-value") == (200, {"compatibilityLevel": "NONE"})
+    assert call(url, "DELETE", "/config/c-value") == (200, {"compatibilityLevel": "NONE", "normalize": True})
     assert call(url, "GET", "/config/c-value")[1]["error_code"] == 40408
 
 
