@@ -332,3 +332,23 @@ def record_fetch_ways(server: Any, monkeypatch: Any, one: str = "one") -> list[s
     monkeypatch.setattr(fetch_module, "_collect", collect)
     monkeypatch.setattr(fetch_module, "_collect_one", collect_one)
     return seen
+
+
+def raw_answer(client: RawClient, api_key: int, version: int, **fields: Any) -> bytes:
+    """The body of the answer to a request written with kio (its header skipped), undecoded: for
+    answers kio's reader refuses (Kafka's -1 timestamps of a refused token request)."""
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import request_schema
+
+    cls = request_schema(api_key, version)
+    header = HeaderV2 if cls.__flexible__ else HeaderV1
+    client.correlation += 1
+    buf = io.BytesIO()
+    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
+                                      correlation_id=client.correlation, client_id="raw-test"))
+    entity_writer(cls)(buf, make(cls, **fields))
+    client.send_raw(buf.getvalue())
+    (size,) = struct.unpack(">i", client._exactly(4))
+    frame = client._exactly(size)
+    assert struct.unpack_from(">i", frame)[0] == client.correlation
+    return frame[4 + (1 if cls.__flexible__ else 0):]

@@ -349,7 +349,7 @@ def test_every_api_refuses_a_principal_without_acls(closed_server, api_key):
 
     with RawClient(closed_server.port) as client:
         if api_key in REFUSED_BEFORE_ACLS:  # (their -1 timestamps are more than kio's reader reads: the bytes)
-            from tests.server.test_serve_versions import raw_answer
+            from tests.serve_helpers import raw_answer
 
             body = raw_answer(client, api_key, version, **{f.name: getattr(request, f.name)
                                                            for f in dataclasses.fields(request)})

@@ -9,7 +9,6 @@ refuses to read (Java's reads them)."""
 from __future__ import annotations
 
 import datetime
-import io
 import logging
 import os
 import struct
@@ -17,37 +16,16 @@ import struct
 import pytest
 
 import klog
-from klog.protocol.kafka import make
 from klog.protocol.schemas import request_schema
 from klog.server import Server
 from klog.server.listeners import Listener, SecurityConfig
-from tests.serve_helpers import RawClient, batch, produce
+from tests.serve_helpers import RawClient, batch, produce, raw_answer
 
 pytest.importorskip("kio")
 from kio.schema.errors import ErrorCode as E  # noqa: E402
 from kio.static.primitive import i64Timedelta  # noqa: E402
 
 NOT_ALLOWED, DISABLED, AUTH_FAILED, BAD_PRINCIPAL_TYPE = 64, 61, 65, 67
-
-
-def _raw(client: RawClient, api_key: int, version: int, **fields: object) -> bytes:
-    """The undecoded body of the answer to a kio-written request."""
-    from kio.schema.request_header.v1.header import RequestHeader as H1
-    from kio.schema.request_header.v2.header import RequestHeader as H2
-    from kio.serial import entity_writer
-
-    cls = request_schema(api_key, version)
-    header = H2 if cls.__flexible__ else H1
-    client.correlation += 1
-    buf = io.BytesIO()
-    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
-                                      correlation_id=client.correlation, client_id="tokens"))
-    entity_writer(cls)(buf, make(cls, **fields))
-    client.send_raw(buf.getvalue())
-    (size,) = struct.unpack(">i", client._exactly(4))
-    frame = client._exactly(size)
-    assert struct.unpack_from(">i", frame)[0] == client.correlation
-    return frame[4 + (1 if cls.__flexible__ else 0):]
 
 
 class _Reader:
@@ -107,13 +85,13 @@ def _create(client: RawClient, version: int, owner: tuple[str | None, str | None
     fields = dict(owner_principal_type=owner[0], owner_principal_name=owner[1],
                   renewers=tuple(renewer_cls(principal_type=t, principal_name=n) for t, n in renewers),
                   max_lifetime=i64Timedelta.parse(datetime.timedelta(milliseconds=-1)))
-    return create_answer(_raw(client, 38, version, **fields), version)
+    return create_answer(raw_answer(client, 38, version, **fields), version)
 
 
 def _renew_expire(client: RawClient, api_key: int, version: int) -> tuple[int, int]:
     period = i64Timedelta.parse(datetime.timedelta(milliseconds=1000))
     fields = {"hmac": b"not-a-token", "renew_period": period, "expiry_time_period": period}
-    return renewal_answer(_raw(client, api_key, version, **fields))
+    return renewal_answer(raw_answer(client, api_key, version, **fields))
 
 
 def test_on_plaintext_every_token_request_is_not_allowed(kafka_server):

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 from klog.protocol.schemas import request_schema
-from tests.serve_helpers import RawClient
+from tests.serve_helpers import RawClient, raw_answer
 
 # apache/kafka 3.9.0 clients/src/main/resources/common/message/*Request.json "validVersions"
 KAFKA_3_9: dict[int, tuple[int, int]] = {
@@ -106,30 +106,6 @@ def test_every_advertised_version_answers(kafka_server, api_key):
 # answers carrying Kafka's -1 timestamps (a refused token request), which kio's reader refuses to read:
 # checked by their bytes (tests/server/test_serve_tokens.py decodes each field)
 NEGATIVE_TIMESTAMPS = frozenset({38, 39, 40})
-
-
-def raw_answer(client: RawClient, api_key: int, version: int, **fields: typing.Any) -> bytes:
-    """The body of the answer to a request written with kio (its header skipped), undecoded."""
-    import io
-
-    from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
-    from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
-    from kio.serial import entity_writer
-
-    from klog.protocol.kafka import make
-
-    cls = request_schema(api_key, version)
-    header = HeaderV2 if cls.__flexible__ else HeaderV1
-    client.correlation += 1
-    buf = io.BytesIO()
-    entity_writer(header)(buf, header(request_api_key=api_key, request_api_version=version,
-                                      correlation_id=client.correlation, client_id="raw-test"))
-    entity_writer(cls)(buf, make(cls, **fields))
-    client.send_raw(buf.getvalue())
-    (size,) = struct.unpack(">i", client._exactly(4))
-    frame = client._exactly(size)
-    assert struct.unpack_from(">i", frame)[0] == client.correlation
-    return frame[4 + (1 if cls.__flexible__ else 0):]
 
 
 def test_api_versions_past_the_range_answers_unsupported_version(kafka_server):
