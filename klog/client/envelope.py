@@ -133,7 +133,7 @@ _FIELDS = _KLOG_FIELDS | _KCAT_FIELDS.keys()
 _KCAT_RENAMED = [(kcat, ours) for kcat, ours in _KCAT_FIELDS.items() if ours is not None]
 
 
-def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> EnvelopeIn:
+def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> EnvelopeIn | None:
     """One JSON envelope line; ValueError saying what is wrong with it. `embedded`: the
     fields ("key", "value") whose JSON is the record's as a document (a produce -s encoder's input), given
     as its JSON text: a string stays quoted, and null is the document null when the line names the
@@ -142,7 +142,8 @@ def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> Envelop
     kcat -J's envelope is read too: `payload` is the value, `ts` the timestamp, `headers` a flat list
     [name, value, name, value, ...], and a value that is not UTF-8 (kcat writes its bytes as they are)
     comes back byte for byte. A line with neither value nor payload, or with a field neither envelope
-    has, is refused naming it."""
+    has, is refused naming it. A transaction marker's line (consume --json --txn-fields' "control": true)
+    is no record: None, to skip (a Kafka consumer never sees markers; the producer writes its own)."""
     if isinstance(line, bytes):  # kcat -J writes binary keys and values as raw bytes: keep them
         line = line.decode("utf-8", "surrogateescape")
     try:
@@ -153,11 +154,14 @@ def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> Envelop
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if not doc.keys() <= _FIELDS:
+        if doc.get("type") in ("segment", "batch", "record"):
+            raise ValueError(f"a `klog dump --json` {doc['type']} line, not a record's envelope: copy records "
+                             "with `klog consume --json`")
         unknown = ", ".join(sorted(doc.keys() - _FIELDS))
         raise ValueError(f"unknown field(s) {unknown}: the envelope has key, value (or kcat's payload), headers, "
                          "timestamp (or kcat's ts) and partition")
     if doc.get("control") is True:
-        raise ValueError("a transaction marker (\"control\": true) is not a record: copy without --txn-fields")
+        return None
     for kcat, ours in _KCAT_RENAMED if ("payload" in doc or "ts" in doc) else ():
         if kcat in doc:
             if ours in doc:

@@ -191,11 +191,14 @@ class Ingest:
     def _send_json(self, line: bytes) -> None:
         producer, topic, line_no = self.producer, self.topic, self.lines
         try:
-            key, value, hdrs, ts, p = parse_envelope(line, self.encoder.fields if self.encoder is not None else ())
+            envelope = parse_envelope(line, self.encoder.fields if self.encoder is not None else ())
         except (ValueError, TypeError) as e:
             producer.flush()
             raise UsageError(f"line {line_no}: malformed JSON input: {e}; "
                              f"{producer.records_sent} records before it were written") from None
+        if envelope is None:  # a transaction marker (consume --json --txn-fields): the log's, not a record
+            return
+        key, value, hdrs, ts, p = envelope
         if self.encoder is not None:
             [(key, value)] = self._encoded([(key, value)], line_no)
         if self.partition is not None:
