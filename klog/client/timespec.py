@@ -13,6 +13,8 @@ _AGO = re.compile(r"\s+ago$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 # ISO 8601's durations as Java's Duration.parse reads them (Kafka's --by-duration PT1H): PnDTnHnMn.nS
 _ISO_SPAN = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)(?:[.,](\d{1,9}))?S)?)?", re.IGNORECASE)
+# ISO 8601's calendar units (P1Y, P1M, P2W): no fixed length, and Java's Duration.parse refuses them too
+_ISO_CALENDAR = re.compile(r"P(?:\d+[YMWD])*\d+[YMW](?:\d+[YMWD])*(?:T.*)?", re.IGNORECASE)
 
 
 def parse_span_ms(text: str) -> int:
@@ -25,6 +27,9 @@ def parse_span_ms(text: str) -> int:
         days, hours, minutes, seconds = (int(g) if g else 0 for g in iso.groups()[:4])
         fraction_ms = int(((iso.group(5) or "") + "000")[:3])  # (finer than a millisecond is dropped)
         return ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000 + fraction_ms
+    if _ISO_CALENDAR.fullmatch(text.strip()):
+        raise UsageError(f"invalid duration '{text}': years, months and weeks have no fixed length (Kafka's "
+                         "Duration takes none either): give days, e.g. P30D or 30d")
     raise UsageError(f"invalid duration '{text}': use e.g. 90s, 15m, 2h, 7d (or ISO 8601's PT1H)")
 
 
@@ -35,7 +40,8 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
     if text.isascii() and text.isdigit():  # isdigit alone takes '²', which int() refuses
         return int(text)
     span = _AGO.sub("", text)
-    if _SPAN.fullmatch(span) or (_ISO_SPAN.fullmatch(span) and span[:1] in "Pp" and len(span) > 1):
+    if _SPAN.fullmatch(span) or (_ISO_SPAN.fullmatch(span) and span[:1] in "Pp" and len(span) > 1) \
+            or _ISO_CALENDAR.fullmatch(span):
         return now_ms - parse_span_ms(span)
     try:
         import datetime as dt  # here: only an ISO time needs it

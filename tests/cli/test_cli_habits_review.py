@@ -36,3 +36,10 @@ def test_klog_dump_json_lines_are_named_as_such(cli, data_dir):
     assert dumped.exit_code == 0, dumped
     r = cli("produce", "e", "--input", "json", input=dumped.stdout)
     assert_one_line_error(r, 2, "line 1", "klog dump --json", "klog consume --json")
+
+
+def test_iso_calendar_durations_are_refused_naming_why(cli):
+    cli("produce", "g", input=b"a\n")
+    for args in (("consume", "g", "--since", "P1M"), ("consume", "g", "-o", "s@P1Y"),
+                 ("groups", "reset-offsets", "grp", "--topic", "g", "--by-duration", "P2W")):
+        assert_one_line_error(cli(*args), 2, "no fixed length", "P30D")
