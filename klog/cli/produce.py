@@ -44,12 +44,15 @@ def register(app: typer.Typer) -> None:
                                                          help="Header k=v for every record (repeatable).")] = None,
         input_format: Annotated[str, typer.Option("--input", help="lines | json | raw")] = "lines",
         partition: Annotated[int | None, typer.Option("--partition", "-p", help="Write to this partition.")] = None,
-        acks: Annotated[str, typer.Option("--acks", help=ACKS_HELP)] = "all",
-        compression: Annotated[str, typer.Option("--compression", "-z",
-                                                 help="none, gzip, snappy, lz4 or zstd.")] = "none",
-        linger_ms: Annotated[int, typer.Option("--linger-ms", help="Hold a partial batch up to this long.")] = 0,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Bytes per batch and partition at most.")]
-        = BATCH_SIZE_DEFAULT,
+        # (None when not given: -X's Kafka name for the same setting may set it then, not against it)
+        acks: Annotated[str | None, typer.Option("--acks", help=ACKS_HELP + "  [default: all]")] = None,
+        compression: Annotated[str | None, typer.Option("--compression", "-z",
+                                                        help="none, gzip, snappy, lz4 or zstd.  [default: none]")]
+        = None,
+        linger_ms: Annotated[int | None, typer.Option("--linger-ms", help="Hold a partial batch up to this long.  "
+                                                      "[default: 0]")] = None,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", help="Bytes per batch and partition at "
+                                                       f"most.  [default: {BATCH_SIZE_DEFAULT}]")] = None,
         print_offsets: Annotated[bool, typer.Option("--print-offsets",
                                                     help="Print partition and offset of each record.")] = False,
         prop: Annotated[list[str] | None, typer.Option("--property", "-X", help="A producer setting name=value: "

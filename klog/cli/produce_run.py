@@ -23,11 +23,11 @@ def run_produce(*, topic, files, topic_opt, key_separator, key, delimiter, heade
         raise UsageError("--transaction-records needs --transactional-id")
     if transaction_records is not None and transaction_records < 1:
         raise UsageError(f"--transaction-records must be at least 1, not {transaction_records}")
-    if linger_ms < 0:  # Kafka's linger.ms is at least 0; -1 was taken as 0 without a word
+    if linger_ms is not None and linger_ms < 0:  # Kafka's linger.ms is at least 0; -1 was taken as 0 without a word
         raise UsageError(f"--linger-ms must be 0 or more, not {linger_ms}")
     encodings = _encodings(serdes, schema, registry)
-    settings = _settings(prop, {"acks": acks_setting(acks), "compression_type": compression, "linger_ms": linger_ms,
-                                "batch_size": batch_size})
+    settings = _settings(prop, {"acks": None if acks is None else acks_setting(acks), "compression_type": compression,
+                                "linger_ms": linger_ms, "batch_size": batch_size}, {"acks": acks})
     key_sep = delimiter_option(key_separator, "-K") if key_separator else None
     headers = parse_headers(header)
     delim = parse_delimiter(delimiter) if delimiter is not None else None
@@ -86,16 +86,18 @@ def _topic(topic: str | None, files: list[str] | None, topic_opt: str | None) ->
     return topic_opt, [*([topic] if topic is not None else []), *(files or [])] or None
 
 
-def _settings(props: list[str] | None, flags: dict[str, object]) -> dict[str, object]:
-    """The producer's keywords: the flags, and -X's Kafka names for the same settings (a flag given
-    other than its default and -X saying otherwise is a UsageError)."""
+def _settings(props: list[str] | None, flags: dict[str, object], shown: dict[str, object]) -> dict[str, object]:
+    """The producer's keywords: the flags given (None: not given), and -X's Kafka names for the same
+    settings, over FLAG_DEFAULTS (a flag and -X saying otherwise is a UsageError, even when the flag
+    says the default: --acks all -X acks=0 is not acks=0); `shown`: a flag's text as given, for that error."""
     settings = producer_settings(props)
     flag_names = {v: k for k, v in SETTINGS.items()}
-    for keyword, value in flags.items():
-        if keyword in settings and value != FLAG_DEFAULTS[keyword] and settings[keyword] != value:
-            raise UsageError(f"{FLAG_NAMES[keyword]} {value} and -X {flag_names[keyword]}={settings[keyword]} "
-                             "disagree: give one")
-    return {**flags, **settings}
+    given = {keyword: value for keyword, value in flags.items() if value is not None}
+    for keyword, value in given.items():
+        if keyword in settings and settings[keyword] != value:
+            raise UsageError(f"{FLAG_NAMES[keyword]} {shown.get(keyword, value)} and -X {flag_names[keyword]}="
+                             f"{settings[keyword]} disagree: give one")
+    return {**FLAG_DEFAULTS, **given, **settings}
 
 
 FLAG_NAMES = {"acks": "--acks", "compression_type": "-z", "linger_ms": "--linger-ms", "batch_size": "--batch-size"}

@@ -43,3 +43,16 @@ def test_iso_calendar_durations_are_refused_naming_why(cli):
     for args in (("consume", "g", "--since", "P1M"), ("consume", "g", "-o", "s@P1Y"),
                  ("groups", "reset-offsets", "grp", "--topic", "g", "--by-duration", "P2W")):
         assert_one_line_error(cli(*args), 2, "no fixed length", "P30D")
+
+
+def test_a_flag_given_as_its_default_still_disagrees_with_x(cli, data_dir):
+    # --acks -1 is all, the default: -X acks=1 took over without a word, a weaker durability than asked
+    for flag, x in ((("--acks", "-1"), "acks=1"), (("--acks", "all"), "acks=0"),
+                    (("-z", "none"), "compression.type=gzip"), (("--linger-ms", "0"), "linger.ms=5"),
+                    (("--batch-size", "1000000"), "batch.size=1000")):
+        r = cli("produce", "x", *flag, "-X", x, input=b"a\n")
+        assert_one_line_error(r, 2, flag[0], f"-X {x.split('=')[0]}", "disagree")
+    for args in (("-X", "acks=0"), ("--acks", "1", "-X", "acks=1"), ("--acks", "-1", "-X", "acks=all"), ()):
+        r = cli("produce", "x", *args, input=b"b\n")
+        assert r.exit_code == 0 and r.stderr in ("", "klog: created topic 'x' with the store's defaults\n"), r
+    assert [v for _, v, _ in records(data_dir, "x")] == [b"b"] * 4
