@@ -145,7 +145,8 @@ def parse_envelope(line: bytes | str, embedded: tuple[str, ...] = ()) -> Envelop
     has, is refused naming it. A transaction marker's line (consume --json --txn-fields' "control": true)
     is no record: None, to skip (a Kafka consumer never sees markers; the producer writes its own)."""
     if isinstance(line, bytes):  # kcat -J writes binary keys and values as raw bytes: keep them
-        line = line.decode("utf-8", "surrogateescape")
+        # (a file's UTF-8 byte order mark is no part of its first line, as json.loads(bytes) took it)
+        line = line.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "surrogateescape")
     try:
         doc = json.loads(line)  # no options: json's shared decoder
     except ValueError as e:  # json's message, without its "line 1" (the input's line is named by the caller)

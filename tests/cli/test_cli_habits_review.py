@@ -56,3 +56,12 @@ def test_a_flag_given_as_its_default_still_disagrees_with_x(cli, data_dir):
         r = cli("produce", "x", *args, input=b"b\n")
         assert r.exit_code == 0 and r.stderr in ("", "klog: created topic 'x' with the store's defaults\n"), r
     assert [v for _, v, _ in records(data_dir, "x")] == [b"b"] * 4
+
+
+def test_a_json_lines_file_with_a_byte_order_mark_and_crlf_still_reads(cli, data_dir, tmp_path):
+    # an editor's UTF-8 BOM before the first line: json.loads(bytes) skipped it before the kcat -J change
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"key": "k", "value": "bom"}\r\n{"value": "crlf"}\r\n')
+    r = cli("produce", "b", "--input", "json", str(path))
+    assert r.exit_code == 0, r
+    assert records(data_dir, "b") == [(b"k", b"bom", []), (None, b"crlf", [])]
