@@ -138,7 +138,7 @@ def _token_fn(token: str) -> Callable[[Record], bytes] | bytes:
         "%K": lambda r: str(-1 if r.key is None else len(r.key)).encode(),
         "%s": lambda r: r.value or b"",
         "%S": lambda r: str(-1 if r.value is None else len(r.value)).encode(),
-        "%h": lambda r: b",".join(k.encode() + b"=" + (v or b"") for k, v in r.headers),
+        "%h": lambda r: b",".join(k.encode("utf-8", "surrogateescape") + b"=" + (v or b"") for k, v in r.headers),
         "%T": lambda r: str(r.timestamp).encode(),
         "%I": lambda r: iso(r.timestamp).encode(),
         "%y": lambda r: r.timestamp_type_name.encode(),

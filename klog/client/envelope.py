@@ -61,8 +61,21 @@ def record_to_json(r: Record, key_json: str | None = None, value_json: str | Non
     return (f'{{"topic": {_string(r.topic)}, "partition": {r.partition}, "offset": {r.offset}, '
             f'"timestamp": {r.timestamp}, "timestamp_type": "{TIMESTAMP_TYPE_NAMES[r.timestamp_type]}", '
             f'"key": {key}, "value": {value}, "headers": '
-            + (f'[{", ".join(f"[{_string(k)}, {_bytes_text(v)}]" for k, v in headers)}]' if headers else '[]')
+            + (f'[{", ".join(f"[{_name(k)}, {_bytes_text(v)}]" for k, v in headers)}]' if headers else '[]')
             + more + "}")
+
+
+def _name(name: str) -> str:
+    """A header name as a JSON string. One that is not UTF-8 (the record decoder gives its bytes as
+    surrogateescape's \\udcXX, as a Kafka client may write them) gets \\u escapes, which JSON
+    text can hold: the line stays UTF-8 and produce --input json gives back the same bytes."""
+    if name.isascii():
+        return _string(name)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.encoder.encode_basestring_ascii(name)
+    return _string(name)
 
 
 def _bytes_text(data: bytes | None) -> str:
@@ -86,7 +99,7 @@ def json_lines(topic: str, partition: int, timestamp_type: int, records: list, m
     return "".join([
         f'{head}{offset}, "timestamp": {ts}, "timestamp_type": "{ts_name}", "key": {bt(key)}, '
         f'"value": {bt(value)}, "headers": '
-        + (f'[{", ".join(f"[{_string(k)}, {bt(v)}]" for k, v in headers)}]{end}' if headers else '[]' + end)
+        + (f'[{", ".join(f"[{_name(k)}, {bt(v)}]" for k, v in headers)}]{end}' if headers else '[]' + end)
         for offset, ts, key, value, headers in records]).encode()
 
 

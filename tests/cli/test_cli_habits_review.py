@@ -65,3 +65,18 @@ def test_a_json_lines_file_with_a_byte_order_mark_and_crlf_still_reads(cli, data
     r = cli("produce", "b", "--input", "json", str(path))
     assert r.exit_code == 0, r
     assert records(data_dir, "b") == [(b"k", b"bom", []), (None, b"crlf", [])]
+
+
+def test_a_header_name_that_is_not_utf8_copies_back_and_prints(cli, data_dir):
+    # kcat -J writes a header name's bytes as they are; stored, it made `consume --json` and -F %h of
+    # the topic stop with a traceback
+    cli("topics", "create", "h")
+    r = cli("produce", "h", "--input", "json", input=b'{"payload": "v", "headers": ["h\xff", "x"]}\n')
+    assert r.exit_code == 0, r
+    assert records(data_dir, "h") == [(None, b"v", [("h\udcff", b"x")])]
+    assert cli("consume", "h", "-F", "%h\n").stdout == b"h\xff=x\n"
+    lines = cli("consume", "h", "--json")
+    assert lines.exit_code == 0 and b'"h\\udcff"' in lines.stdout, lines
+    lines.stdout.decode("utf-8")  # the line stays UTF-8 text
+    assert cli("produce", "h2", "--input", "json", input=lines.stdout).exit_code == 0
+    assert records(data_dir, "h2") == records(data_dir, "h")
