@@ -101,7 +101,8 @@ class TerminalView:
             text = terminal_safe(r.value)
             parts.append(self._json(text) if self.color and text[:1] in "{[" and _is_json(r.value) else text)
         if r.headers:
-            shown = " ".join(f"{terminal_safe(k.encode())}={terminal_safe(v or b'')}" for k, v in r.headers)
+            shown = " ".join(f"{terminal_safe(k.encode('utf-8', 'surrogateescape'))}={terminal_safe(v or b'')}"
+                             for k, v in r.headers)
             parts += ["  ", self._headers_on, shown, reset]
         parts.append("\n")
         return "".join(parts)

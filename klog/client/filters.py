@@ -31,7 +31,8 @@ class RecordFilter:
                 continue
             rx = _compile(flag, pattern)
             if field == "headers":
-                tests.append(lambda r, rx=rx: any(rx.search(k.encode() + b"=" + (v or b"")) for k, v in r.headers))
+                tests.append(lambda r, rx=rx: any(rx.search(k.encode("utf-8", "surrogateescape") + b"=" + (v or b""))
+                                                  for k, v in r.headers))
             else:
                 tests.append(lambda r, rx=rx, field=field: (getattr(r, field) is not None
                                                             and rx.search(getattr(r, field)) is not None))

@@ -75,8 +75,19 @@ def test_a_header_name_that_is_not_utf8_copies_back_and_prints(cli, data_dir):
     assert r.exit_code == 0, r
     assert records(data_dir, "h") == [(None, b"v", [("h\udcff", b"x")])]
     assert cli("consume", "h", "-F", "%h\n").stdout == b"h\xff=x\n"
+    assert cli("consume", "h", "--grep-header", "^h.=x$").stdout == b"v\n"
     lines = cli("consume", "h", "--json")
     assert lines.exit_code == 0 and b'"h\\udcff"' in lines.stdout, lines
     lines.stdout.decode("utf-8")  # the line stays UTF-8 text
     assert cli("produce", "h2", "--input", "json", input=lines.stdout).exit_code == 0
     assert records(data_dir, "h2") == records(data_dir, "h")
+
+
+def test_the_terminal_view_shows_a_header_name_that_is_not_utf8(store):
+    from klog.cli.view import TerminalView
+
+    store.create_topic("h", 1)
+    with store.producer() as p:
+        p.send("h", b"v", headers=[("h\udcff", b"x")])
+    [r] = list(store.consumer("h"))
+    assert "h\ufffd=x" in TerminalView(show_topic=False, color=False).line(r)
