@@ -97,7 +97,8 @@ def register(app: typer.Typer) -> None:
                 print(f"| offset: {item['offset']} timestamp: {item['timestamp']} "
                       f"endTxnMarker: {item['end_txn_marker']} coordinatorEpoch: {item['coordinator_epoch']}")
             else:
-                headers = ",".join(f"{shown(k.encode())}={shown(v)}" for k, v in item["headers"])
+                headers = ",".join(f"{shown(k.encode('utf-8', 'surrogateescape'))}={shown(v)}"
+                                   for k, v in item["headers"])
                 print(f"| offset: {item['offset']} timestamp: {item['timestamp']} key: {shown(item['key'])} "
                       f"headers: [{headers}] payload: {shown(item['value'])}")
 

@@ -76,6 +76,8 @@ def test_a_header_name_that_is_not_utf8_copies_back_and_prints(cli, data_dir):
     assert records(data_dir, "h") == [(None, b"v", [("h\udcff", b"x")])]
     assert cli("consume", "h", "-F", "%h\n").stdout == b"h\xff=x\n"
     assert cli("consume", "h", "--grep-header", "^h.=x$").stdout == b"v\n"
+    dumped = cli("dump", "h-0")
+    assert dumped.exit_code == 0 and b"=x" in dumped.stdout, dumped
     lines = cli("consume", "h", "--json")
     assert lines.exit_code == 0 and b'"h\\udcff"' in lines.stdout, lines
     lines.stdout.decode("utf-8")  # the line stays UTF-8 text
