@@ -40,8 +40,7 @@ def run_consume(*, topics, topic_opts, pattern, follow, exit_at_end, offset, sin
         offset = _from_beginning(offset, since, tail, last, group)
     if quiet:
         set_quiet()
-    fmt, as_json = named_format(fmt, as_json)
-    fmt = _kcat_format(fmt, key_delim, record_delim)
+    fmt, as_json = named_format(_kcat_format(fmt, key_delim, record_delim), as_json)  # -F json -K: : -F's error
     if last is not None and last > INT64_MAX:  # more than a log can hold is all of it (a C-sized bound takes no more)
         last = INT64_MAX
     start, until_ms = parse_range(offset, since, until, tail, last, with_last=True)

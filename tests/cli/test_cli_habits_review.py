@@ -93,3 +93,11 @@ def test_the_terminal_view_shows_a_header_name_that_is_not_utf8(store):
         p.send("h", b"v", headers=[("h\udcff", b"x")])
     [r] = list(store.consumer("h"))
     assert "h\ufffd=x" in TerminalView(show_topic=False, color=False).line(r)
+
+
+def test_format_json_with_kcats_delimiters_names_the_options_given(cli):
+    cli("produce", "f", input=b"a\n")
+    # it said "use --format or --json, not both" to a user who gave no --json
+    assert_one_line_error(cli("consume", "f", "-F", "json", "-K", ":"), 2, "--format or -K/-D")
+    assert cli("consume", "f", "-F", "json").stdout.startswith(b'{"topic": "f"')
+    assert_one_line_error(cli("consume", "f", "-F", "json", "--json", "-K", ":"), 2, "--format or -K/-D")
