@@ -155,6 +155,17 @@ class RangeRead:
         self.max_bytes = max_bytes  # the partition's own bound; the call's budget may lower it
 
 
+def _known_empty(part: Partition, looked: tuple[str, tuple[int, int] | None] | None
+                 ) -> tuple[bool, tuple[str, tuple[int, int] | None] | None]:
+    """(Partition.known_empty, the state folder's key): the folder is looked at once per read_ranges
+    call, and only for a partition last seen empty."""
+    if part._empty_at is None:
+        return False, looked
+    if looked is None:
+        looked = (part._state_dir, part._state_dir_key())
+    return part.known_empty(looked), looked
+
+
 def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read_total: int = 0,
                 bound: Callable[[Partition, int], int] | None = None, nowait: bool = False) -> tuple[int, int]:
     """Fill in each of `reads` in order: the partition's state, then (its offset within
@@ -171,9 +182,9 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
     for r in reads:
         part = r.part
         offset = r.offset
+        empty, looked = _known_empty(part, looked)
         if nowait:
-            if part._empty_at is not None and part.known_empty(
-                    looked or (looked := (part._state_dir, part._state_dir_key()))):  # (one stat per call)
+            if empty:
                 hw = start = epoch = 0
             else:
                 hw, start, epoch = _state_nowait(part.state)
@@ -209,8 +220,7 @@ def read_ranges(reads: Sequence[RangeRead], budget: int, read_max: int = 0, read
                 read_total -= len(data)
             continue
         try:
-            if part._empty_at is not None and part.known_empty(
-                    looked or (looked := (part._state_dir, part._state_dir_key()))):  # (no state file read, no listing)
+            if empty:  # (no state file read, no listing)
                 fields, snap = None, PartitionSnapshot(0, 0, 0)
                 hw = start = epoch = 0
             # (a reader's state: the file; read_valid's cache is the writer's)
