@@ -44,6 +44,7 @@ from klog.store.format import (
     TRANSACTIONAL_FLAG_MASK,
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
+from klog.store.producer_scan import PRODUCER_ID_EXPIRATION_MS, recent_headers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 SEQUENCES_KEPT = 5  # Kafka keeps the last 5 batches' sequence ranges per producer and partition
 SEQUENCE_MAX = 2**31 - 1
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 # Idempotent producers' entries kept at most (each ~1 KB with its sequence ranges; see ProducerStates):
 # far more than real producers use (one id per producer instance), ~10 MB a partition, ~200 MB in all
 PRODUCERS_PER_PARTITION_MAX = 10_000
@@ -407,35 +407,11 @@ def _written_at(part: Partition, base_offset: int, data: bytes, header: BatchHea
 
 
 def batch_headers(part: Partition, since_ms: int | None = None) -> Iterator[BatchHeader]:
-    """The batch headers of the partition's leader, oldest first (header reads only). With
-    `since_ms`, segments whose newest time-index entry is older are skipped, counting back from
-    the newest segment (the first old one ends the walk: older segments are older still)."""
-    leader = part.leader
-    leader.refresh_segments()
-    bases = list(leader.bases)
-    if since_ms is not None:
-        keep = []
-        for base in reversed(bases):
-            keep.append(base)
-            segment = leader.segments.get(base)
-            if segment is None:
-                continue  # (removed meanwhile: see below)
-            segment.time_index.refresh()
-            last = segment.time_index.last_entry()
-            if last is not None and last[0] < since_ms and base != bases[-1]:
-                break
-        bases = keep[::-1]
-    for base in bases:
-        # (no lock held: retention in another thread of this process may have taken the segment
-        # out of the list since `bases` was read; then it is gone like a file deleted meanwhile)
-        segment = leader.segments.get(base)
-        if segment is None:
-            continue
-        try:  # pinned: a cleaner's swap during this walk (no partition lock held) must not shift it
-            for _, header in segment.pinned_headers():
-                yield header
-        except FileNotFoundError:
-            continue
+    """The batch headers of the partition's leader, oldest first (header reads only): the store's
+    one producer-state walk (klog.store.producer_scan.recent_headers), which the cleaner's
+    active producers read too. With `since_ms`, segments whose newest time-index entry is older
+    are skipped, counting back from the newest segment."""
+    return recent_headers(part.leader, since_ms)
 
 
 @dataclass(frozen=True)

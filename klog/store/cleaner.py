@@ -79,6 +79,7 @@ from klog.store.index import IndexBuilder
 from klog.store.loader import unlink_if_there
 from klog.store.log import PartitionLog
 from klog.store.names import fsync_dir, nofollow_opener
+from klog.store.producer_scan import PRODUCER_ID_EXPIRATION_MS, recent_headers
 from klog.store.reader import PartitionReader
 from klog.store.retention import largest_timestamp
 from klog.store.throttle import Throttler
@@ -95,7 +96,6 @@ if TYPE_CHECKING:
     from klog.store.segment import LogSegment
 
 READ_BYTES = 4 << 20  # batches are read 4 MiB at a time
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default (broker.batches has the same)
 CLEANING_SUFFIX = ".cleaning"  # a segment being rewritten, before the swap (see _new_temps)
 # -- recovery ------------------------------------------------------------------------------------
 # -- what is cleanable ---------------------------------------------------------------------------
@@ -199,42 +199,23 @@ def active_producers(log: PartitionLog, now_ms: int,
                      expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> dict[int, tuple[int | None, int]]:
     """Kafka's UnifiedLog.lastRecordsOfActiveProducers from the log's batch headers: producer id ->
     (last data offset or None, epoch) of each producer with a batch in the segments klog's producer
-    state rebuild reads (below), as Kafka's ProducerStateManager holds them: a data batch sets the last data
-    offset; a marker of another epoch clears it (its epoch is then what must survive); an emptied
-    marker counts for nothing. Segments whose newest timestamp is older than the expiration are
-    skipped (a producer whose last batch lies there is expired), as ProducerStates' rebuild skips them."""
-    log.refresh_segments()
-    bases = list(log.bases)
-    since = now_ms - expiration_ms
-    keep = []
-    for base in reversed(bases):
-        keep.append(base)
-        segment = log.segments.get(base)
-        if segment is None:
-            continue
-        segment.time_index.refresh()
-        last = segment.time_index.last_entry()
-        if last is not None and last[0] < since and base != bases[-1]:
-            break
+    state rebuild reads (producer_scan.recent_headers, the one walk both take), as Kafka's
+    ProducerStateManager holds them: a data batch sets the last data offset; a marker of another
+    epoch clears it (its epoch is then what must survive); an emptied marker counts for nothing.
+    Segments whose newest timestamp is older than the expiration are skipped (a producer whose last
+    batch lies there is expired)."""
     states: dict[int, _Producer] = {}
-    for base in reversed(keep):
-        segment = log.segments.get(base)
-        if segment is None:
+    for header in recent_headers(log, now_ms - expiration_ms):
+        pid = header.producer_id
+        if pid < 0 or (header.is_control and not header.records_count):
             continue
-        try:
-            for _, header in segment.pinned_headers():
-                pid = header.producer_id
-                if pid < 0 or (header.is_control and not header.records_count):
-                    continue
-                entry = states.get(pid)
-                if entry is None:
-                    entry = states[pid] = _Producer(None, header.producer_epoch)
-                if entry.epoch != header.producer_epoch:
-                    entry.epoch, entry.last_data_offset = header.producer_epoch, None
-                if not header.is_control:
-                    entry.last_data_offset = header.last_offset
-        except FileNotFoundError:
-            continue  # deleted meanwhile (retention): its producers are older still
+        entry = states.get(pid)
+        if entry is None:
+            entry = states[pid] = _Producer(None, header.producer_epoch)
+        if entry.epoch != header.producer_epoch:
+            entry.epoch, entry.last_data_offset = header.producer_epoch, None
+        if not header.is_control:
+            entry.last_data_offset = header.last_offset
     # every producer of those segments, not only those whose own last batch is recent (Kafka's
     # isProducerExpired): klog's rebuild (broker.batches.ProducerStates._load) takes every producer
     # of the same segments, so one writing old timestamps (a mirror, a replay) whose last batch went
