@@ -19,6 +19,7 @@ from klog.broker.verify import verify_store
 from klog.store.format import partition_dir_name
 from klog.store.reader import PartitionReader
 from tests.broker.test_compaction import T0, clock_at
+from tests.segment_files import leader_headers, poll_to_end, write_keys
 
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "index.interval.bytes": "100",
              "retention.ms": "-1"}
@@ -27,33 +28,12 @@ NOW = T0 + 10**6
 
 def _batches(store, topic):
     """(base offset, last offset, records) of every batch of partition 0's leader, in order."""
-    leader = store.partition(topic, 0).leader
-    leader.refresh_segments()
-    out = []
-    for base in leader.bases:
-        segment = leader.segments[base]
-        out += [(h.base_offset, h.last_offset, h.records_count)
-                for _, h in segment.iter_headers(0, segment.file_size())]
-    return out
-
-
-def _write(store, topic, keys, value=b"v" * 30, start_ts=T0):
-    with store.producer() as p:
-        for i, key in enumerate(keys):
-            p.send(topic, value, key=key, partition=0, timestamp=start_ts + i)
-            p.flush()
-
-
-def _latest(records):
-    out = {}
-    for r in records:
-        out[r.key] = (r.offset, r.value)
-    return out
+    return [(h.base_offset, h.last_offset, h.records_count) for h in leader_headers(store, topic)]
 
 
 def test_many_small_batches_shrink_to_the_surviving_records_batches(store):
     store.create_topic("c", 1, configs=COMPACTED)
-    _write(store, "c", [b"k%d" % (i % 3) for i in range(60)])  # one record a batch, 5 a segment
+    write_keys(store, "c", [b"k%d" % (i % 3) for i in range(60)], T0)  # one record a batch, 5 a segment
     before = {r.offset: r for r in store.consumer("c")}
     [done] = lifecycle.compact(store, "c", clock=clock_at(NOW))
     end = done.cleanable_end
@@ -80,7 +60,7 @@ def test_many_small_batches_shrink_to_the_surviving_records_batches(store):
 
 def test_a_read_from_an_offset_in_a_gap_starts_at_the_next_batch(store, cli):
     store.create_topic("c", 1, configs=COMPACTED)
-    _write(store, "c", [b"k%d" % (i % 3) for i in range(60)])
+    write_keys(store, "c", [b"k%d" % (i % 3) for i in range(60)], T0)
     [done] = lifecycle.compact(store, "c", clock=clock_at(NOW))
     offsets = [r.offset for r in store.consumer("c")]
     for start in (0, 3, 7, offsets[0], offsets[0] + 1):  # the first offsets lie in emptied segments
@@ -98,7 +78,7 @@ def test_a_follower_catches_up_across_the_gaps_and_the_replicas_agree(tmp_path):
     with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
         store.create_topic("c", 1, replication_factor=2, configs=COMPACTED)
         # a key of its own every 7th record, the others one key: gaps all along the cleaned log
-        _write(store, "c", [b"u%d" % i if i % 7 == 0 else b"x" for i in range(60)])
+        write_keys(store, "c", [b"u%d" % i if i % 7 == 0 else b"x" for i in range(60)], T0)
         lifecycle.compact(store, "c", clock=clock_at(NOW))
         want = [(r.offset, r.key, r.value) for r in store.consumer("c")]
         assert len(want) < 30 and want[0][0] == 0  # (gaps between the survivors)
@@ -122,13 +102,6 @@ def test_a_follower_catches_up_across_the_gaps_and_the_replicas_agree(tmp_path):
         assert all(r["ok"] for r in verify_store(store)), verify_store(store)
 
 
-def _headers_of(store, topic):
-    leader = store.partition(topic, 0).leader
-    leader.refresh_segments()
-    return [h for base in leader.bases
-            for _, h in leader.segments[base].iter_headers(0, leader.segments[base].file_size())]
-
-
 def _kafka_python_reads(store, topic):
     """kafka-python decodes every batch of the leader's segments, CRCs valid, as the store reads them."""
     memory_records = pytest.importorskip("kafka.record.memory_records").MemoryRecords
@@ -144,10 +117,6 @@ def _kafka_python_reads(store, topic):
     assert theirs == [(r.offset, r.key, r.value) for r in store.consumer(topic)]
 
 
-def _clock(ms):
-    return lambda: ms / 1000
-
-
 @pytest.mark.slow
 def test_transaction_markers_go_after_delete_retention_and_aborted_records_at_once(store, cli):
     store.create_topic("t", 1, configs={**COMPACTED, "delete.retention.ms": "1000"})
@@ -161,15 +130,15 @@ def test_transaction_markers_go_after_delete_retention_and_aborted_records_at_on
         with producer.transaction():
             producer.send("t", b"b1", key=b"b", partition=0)
         pid = producer.producer_id
-    _write(store, "t", [b"a", b"b"] + [b"f%d" % i for i in range(12)], start_ts=int(time.time() * 1000))
+    write_keys(store, "t", [b"a", b"b"] + [b"f%d" % i for i in range(12)], int(time.time() * 1000))
     active = store.partition("t", 0).leader.bases[-1]
-    markers = [h.base_offset for h in _headers_of(store, "t") if h.is_control]
+    markers = [h.base_offset for h in leader_headers(store, "t") if h.is_control]
     assert len(markers) == 3 and markers[-1] < active
     aborted_offset = markers[0] + 1
     now = int(time.time() * 1000)
 
-    lifecycle.compact(store, "t", clock=_clock(now))
-    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    lifecycle.compact(store, "t", clock=clock_at(now))
+    headers = {h.base_offset: h for h in leader_headers(store, "t")}
     assert aborted_offset not in headers  # the aborted transaction's batch went at once
     # its batches were seen in this cleaning, so every marker stays, without a horizon yet
     assert all(m in headers and not headers[m].has_delete_horizon for m in markers)
@@ -178,17 +147,17 @@ def test_transaction_markers_go_after_delete_retention_and_aborted_records_at_on
     assert headers[last].records_count == 0 and last == markers[2] - 1
     assert [h for h in headers.values() if h.producer_id == pid and not h.is_control] == [headers[last]]
 
-    lifecycle.compact(store, "t", clock=_clock(now + 10))  # no batch of the first two is left: their horizon
-    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    lifecycle.compact(store, "t", clock=clock_at(now + 10))  # no batch of the first two is left: their horizon
+    headers = {h.base_offset: h for h in leader_headers(store, "t")}
     assert [headers[m].has_delete_horizon for m in markers] == [True, True, False]
     assert headers[markers[0]].base_timestamp == now + 10 + 1000
     assert all(r["ok"] for r in verify_store(store)), verify_store(store)  # the .txnindex without the abort
     _kafka_python_reads(store, "t")  # markers with a horizon, an empty batch: Kafka's own format
 
-    lifecycle.compact(store, "t", clock=_clock(now + 10 + 999))
-    assert all(m in {h.base_offset for h in _headers_of(store, "t")} for m in markers)
-    lifecycle.compact(store, "t", clock=_clock(now + 10 + 1000))
-    headers = {h.base_offset: h for h in _headers_of(store, "t")}
+    lifecycle.compact(store, "t", clock=clock_at(now + 10 + 999))
+    assert all(m in {h.base_offset for h in leader_headers(store, "t")} for m in markers)
+    lifecycle.compact(store, "t", clock=clock_at(now + 10 + 1000))
+    headers = {h.base_offset: h for h in leader_headers(store, "t")}
     assert [m in headers for m in markers] == [False, False, True]  # the last one's transaction keeps a batch
     want = {b"a": b"a", b"b": b"b"} | {b"f%d" % i: b"v" * 30 for i in range(12)}
     for isolation in ("read_committed", "read_uncommitted"):
@@ -214,9 +183,9 @@ def test_an_idempotent_producer_goes_on_after_its_batches_were_cleaned_with_the_
     appender = RawAppender(store)
     for seq in range(12):
         appender.append("c", 0, batch(seq, b"k%d" % (seq % 3)), "all")
-    _write(store, "c", [b"k0", b"k1", b"k2"] + [b"f%d" % i for i in range(10)], start_ts=now)
-    lifecycle.compact(store, "c", clock=_clock(now))
-    mine = [h for h in _headers_of(store, "c") if h.producer_id == pid]
+    write_keys(store, "c", [b"k0", b"k1", b"k2"] + [b"f%d" % i for i in range(10)], now)
+    lifecycle.compact(store, "c", clock=clock_at(now))
+    mine = [h for h in leader_headers(store, "c") if h.producer_id == pid]
     assert len(mine) == 1 and mine[0].base_sequence == 11 and mine[0].records_count == 0  # its last batch, empty
     fresh = RawAppender(store)  # a restart: the producer states are rebuilt from the log
     with pytest.raises(OutOfOrderSequenceError):
@@ -228,7 +197,7 @@ def test_an_idempotent_producer_goes_on_after_its_batches_were_cleaned_with_the_
 def _spread_topic(store, topic="c", every=7):
     """A compacted topic cleaned with survivors spread out: a key of its own every `every`th record."""
     store.create_topic(topic, 1, configs=COMPACTED)
-    _write(store, topic, [b"u%d" % i if i % every == 0 else b"x" for i in range(60)])
+    write_keys(store, topic, [b"u%d" % i if i % every == 0 else b"x" for i in range(60)], T0)
     lifecycle.compact(store, topic, clock=clock_at(NOW))
     return [(r.offset, r.key, r.value) for r in store.consumer(topic)]
 
@@ -289,20 +258,7 @@ def test_confluent_kafka_reads_the_cleaned_log_through_serve_from_anywhere(kafka
         consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": f"g{start}",
                                 "enable.partition.eof": True, "enable.auto.commit": False})
         consumer.assign([ck.TopicPartition("c", 0, start)])
-        got = []
-        deadline = time.monotonic() + 20
-        try:
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == ck.KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                got.append((msg.offset(), msg.key(), msg.value()))
-        finally:
-            consumer.close()
+        got = poll_to_end(consumer, 20)
         assert got == [w for w in want if w[0] >= start], start
 
 

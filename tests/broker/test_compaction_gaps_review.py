@@ -15,6 +15,7 @@ import pytest
 from klog.broker import lifecycle
 from tests.broker.test_compaction import T0, clock_at
 from tests.kafka_files import v2_batch, write_segment
+from tests.segment_files import leader_headers, write_keys
 
 DAY = 86_400_000
 COMPACTED = {"cleanup.policy": "compact,delete", "segment.bytes": "600", "index.interval.bytes": "100",
@@ -33,10 +34,8 @@ def test_time_retention_goes_past_a_segment_the_cleaner_emptied(store):
     modification time: the rewrite made it as new as the cleaning, so time retention stopped there
     and kept everything after it retention.ms longer (here: 10-day-old records kept with 1 day)."""
     store.create_topic("c", 1, configs=COMPACTED)
-    with store.producer() as p:  # a key of its own every 12th record: segments of "x" only empty whole
-        for i in range(60):
-            p.send("c", b"v" * 30, key=b"u%d" % i if i % 12 == 0 else b"x", partition=0, timestamp=T0 + i)
-            p.flush()
+    # a key of its own every 12th record: segments of "x" only empty whole
+    write_keys(store, "c", [b"u%d" % i if i % 12 == 0 else b"x" for i in range(60)], T0)
     lifecycle.compact(store, "c", clock=clock_at(T0 + 1000))
     leader = store.partition("c", 0).leader
     sizes = [os.path.getsize(leader.segments[b].log_path) for b in leader.bases]
@@ -143,11 +142,19 @@ def test_an_idempotent_producer_writing_old_timestamps_goes_on_after_cleaning_an
     assert [r.offset for r in store.consumer("c", start=str(end))] == [end]
 
 
-def _write_keys(store, topic, keys, ts):
-    with store.producer() as p:
-        for key in keys:
-            p.send(topic, b"v" * 30, key=key, partition=0, timestamp=ts)
-            p.flush()
+def _aborted_then_committed(store, topic, now):
+    """Producer "tx" in partition 0: an aborted transaction (a-aborted), 14 plain batches, a committed
+    transaction (b-committed), 14 plain batches, all at time `now`; its producer id."""
+    with store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send(topic, b"a-aborted", key=b"a", partition=0)
+        producer.flush()
+        producer.abort()
+        write_keys(store, topic, [b"f%d" % i for i in range(14)], now, step=0)
+        with producer.transaction():
+            producer.send(topic, b"b-committed", key=b"b", partition=0)
+        write_keys(store, topic, [b"g%d" % i for i in range(14)], now, step=0)
+        return producer.producer_id
 
 
 @pytest.mark.slow
@@ -159,31 +166,16 @@ def test_a_committed_transaction_after_an_aborted_one_whose_marker_went_survives
     removed them: a committed record lost, for read_committed and read_uncommitted readers alike."""
     store.create_topic("t", 1, configs={**COMPACTED, "cleanup.policy": "compact", "delete.retention.ms": "1000"})
     now = int(time.time() * 1000)
-    with store.producer(transactional_id="tx") as producer:
-        producer.begin()
-        producer.send("t", b"a-aborted", key=b"a", partition=0)
-        producer.flush()
-        producer.abort()
-        _write_keys(store, "t", [b"f%d" % i for i in range(14)], now)
-        with producer.transaction():
-            producer.send("t", b"b-committed", key=b"b", partition=0)
-        _write_keys(store, "t", [b"g%d" % i for i in range(14)], now)
-    markers = [h.base_offset for h in _batch_headers(store, "t") if h.is_control]
+    _aborted_then_committed(store, "t", now)
+    markers = [h.base_offset for h in leader_headers(store, "t") if h.is_control]
     assert len(markers) == 2 and markers[-1] < store.partition("t", 0).leader.bases[-1]
     # the aborted batch goes, then its ABORT marker's horizon is set, then the marker goes
     for t in (0, 10, 2000, 4000):
         lifecycle.compact(store, "t", clock=clock_at(now + t))
-    assert markers[0] not in {h.base_offset for h in _batch_headers(store, "t")}
+    assert markers[0] not in {h.base_offset for h in leader_headers(store, "t")}
     for isolation in ("read_committed", "read_uncommitted"):
         got = {r.key: r.value for r in store.consumer("t", isolation_level=isolation)}
         assert got.get(b"b") == b"b-committed" and b"a" not in got, isolation
-
-
-def _batch_headers(store, topic):
-    leader = store.partition(topic, 0).leader
-    leader.refresh_segments()
-    return [h for base in leader.bases
-            for _, h in leader.segments[base].iter_headers(0, leader.segments[base].file_size())]
 
 
 @pytest.mark.slow
@@ -200,16 +192,7 @@ def test_serve_names_no_aborted_transaction_whose_marker_the_cleaner_removed(kaf
     store = kafka_server.store
     store.create_topic("t", 1, configs={**COMPACTED, "cleanup.policy": "compact", "delete.retention.ms": "1000"})
     now = int(time.time() * 1000)
-    with store.producer(transactional_id="tx") as producer:
-        producer.begin()
-        producer.send("t", b"a-aborted", key=b"a", partition=0)
-        producer.flush()
-        producer.abort()
-        _write_keys(store, "t", [b"f%d" % i for i in range(14)], now)
-        with producer.transaction():
-            producer.send("t", b"b-committed", key=b"b", partition=0)
-        _write_keys(store, "t", [b"g%d" % i for i in range(14)], now)
-        pid = producer.producer_id
+    pid = _aborted_then_committed(store, "t", now)
     with RawClient(kafka_server.port) as client:
         def named():
             [p] = _fetch(client, "t", {0: 0}, isolation_level=1).responses[0].partitions
@@ -218,5 +201,5 @@ def test_serve_names_no_aborted_transaction_whose_marker_the_cleaner_removed(kaf
         assert named() == [(pid, 0)]
         for t in (0, 10, 2000, 4000):  # the aborted batch goes, then its marker (after its horizon)
             lifecycle.compact(store, "t", clock=clock_at(now + t))
-        assert 1 not in {h.base_offset for h in _batch_headers(store, "t")}
+        assert 1 not in {h.base_offset for h in leader_headers(store, "t")}
         assert named() == []

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from klog.broker import lifecycle
+from tests.segment_files import poll_to_end
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -20,21 +21,8 @@ def _latest(bootstrap: str, topic: str, isolation: str, expect_keys: int, limit_
                             "isolation.level": isolation, "enable.partition.eof": True,
                             "enable.auto.commit": False})
     consumer.assign([ck.TopicPartition(topic, 0, 0)])
-    latest: dict = {}
-    deadline = time.monotonic() + limit_s
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == ck.KafkaError._PARTITION_EOF and len(latest) >= expect_keys:
-                    break
-                continue
-            latest[msg.key()] = msg.value()
-    finally:
-        consumer.close()
-    return latest
+    got = poll_to_end(consumer, limit_s, enough=lambda got: len({key for _, key, _ in got}) >= expect_keys)
+    return {key: value for _, key, value in got}
 
 
 def _txn_producer(bootstrap: str, tid: str):  # noqa: ANN202

@@ -5,16 +5,13 @@ verify` calls ok, which takes writes at the next offset."""
 
 from __future__ import annotations
 
-import glob
-import os
-
 import pytest
 
 import klog
-
-
-def _lines(lo: int, hi: int) -> bytes:
-    return b"".join(b"%d\n" % i for i in range(lo, hi))
+from tests.segment_files import batch_positions as _positions
+from tests.segment_files import flip_bit as _flip
+from tests.segment_files import numbered_lines as _lines
+from tests.segment_files import segment_path
 
 
 @pytest.mark.slow
@@ -23,12 +20,8 @@ def test_a_discard_killed_midway_keeps_every_batch_after_the_damage(cli, klog_pr
     assert cli("topics", "create", "t").exit_code == 0
     for b in range(3):
         assert cli("produce", "t", input=_lines(b * 100, b * 100 + 100)).exit_code == 0
-    [path] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
-    with open(path, "r+b") as f:  # a byte of the second batch's records (offsets 100..199)
-        data = f.read()
-        second = 12 + int.from_bytes(data[8:12], "big")
-        f.seek(second + 100)
-        f.write(bytes([data[second + 100] ^ 0x01]))
+    path = segment_path(data_dir)
+    _flip(path, _positions(path)[1] + 100)  # a byte of the second batch's records (offsets 100..199)
     monkeypatch.setenv("KLOG_CRASH_AT", step)
     r = klog_proc("verify", "t", "--repair", "--discard-damaged", "--yes")
     assert r.returncode == -9, r

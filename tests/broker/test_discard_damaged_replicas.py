@@ -10,6 +10,8 @@ import pytest
 
 import klog
 from klog.broker.verify import discard_damaged, plan_discards
+from tests.segment_files import batch_positions as _batch_starts
+from tests.segment_files import flip_bit as _flip
 
 
 @pytest.fixture
@@ -17,24 +19,6 @@ def rstore(tmp_path):
     dirs = [str(tmp_path / f"disk{i}") for i in range(2)]
     with klog.Store(str(tmp_path / "data"), log_dirs=dirs) as store:
         yield store, dirs
-
-
-def _batch_starts(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        data = f.read()
-    out, at = [], 0
-    while at < len(data):
-        out.append(at)
-        at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
-    return out
-
-
-def _flip(path: str, at: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x01]))
 
 
 @pytest.mark.parametrize("damaged_batches", [(1, 1), (1, 2)])

@@ -51,9 +51,7 @@ def test_the_broker_and_the_cleaner_know_the_same_producers(store):
         with committing.transaction():
             committing.send("t", b"c1", key=b"c", partition=0)
             committing.send("t", b"c2", key=b"c", partition=0)
-    with store.producer(transactional_id="aborts") as aborting:
-        with aborting.transaction():
-            aborting.send("t", b"a1", key=b"a", partition=0)
+    with store.producer(transactional_id="aborts") as aborting:  # its one transaction aborted
         aborting.begin()
         aborting.send("t", b"a2", key=b"a", partition=0)
         aborting.flush()

@@ -21,6 +21,7 @@ from kio.static.primitive import i32Timedelta
 
 import klog
 from klog.protocol.kafka import E
+from tests.segment_files import poll_to_end
 from tests.serve_helpers import RawClient, batch, produce_request_fields
 
 ck = pytest.importorskip("confluent_kafka")
@@ -40,24 +41,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int, isolation: str, expec
                             "isolation.level": isolation, "enable.partition.eof": True,
                             "enable.auto.commit": False})
     consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[bytes] = []
-    ended: set[int] = set()
-    deadline = time.monotonic() + limit_s
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == ck.KafkaError._PARTITION_EOF:
-                    ended.add(msg.partition())
-                    if len(ended) == partitions and (expect is None or len(got) >= expect):
-                        break
-                continue
-            got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
+    got = poll_to_end(consumer, limit_s, lambda got: expect is None or len(got) >= expect, partitions)
+    return [value for _, _, value in got]
 
 
 @pytest.mark.slow

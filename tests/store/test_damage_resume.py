@@ -6,15 +6,18 @@ starts there. A review found one flipped bit lose a whole segment's good records
 
 from __future__ import annotations
 
-import glob
 import os
-import struct
 import time
 
 import pytest
 
 import klog
 from tests.cli.test_cli import assert_one_line_error
+from tests.segment_files import batch_positions as _positions
+from tests.segment_files import flip_bit as _flip
+from tests.segment_files import numbered_lines as _lines
+from tests.segment_files import segment_path, segment_paths
+from tests.segment_files import write_at as _write
 
 
 def _written(cli, batches: int, records: int = 100, *config: str) -> str:  # noqa: ANN001 - the cli fixture
@@ -25,36 +28,7 @@ def _written(cli, batches: int, records: int = 100, *config: str) -> str:  # noq
     for b in range(batches):
         lines = b"".join(b"%d\n" % (b * records + i) for i in range(records))
         assert cli("produce", "t", input=lines).exit_code == 0
-    [path] = glob.glob(os.path.join(os.environ["KLOG_DATA_DIR"], "logs", "t-0", "*.log"))
-    return path
-
-
-def _positions(path: str) -> list[int]:
-    """Where each batch of the (undamaged) segment starts."""
-    with open(path, "rb") as f:
-        data = f.read()
-    out, at = [], 0
-    while at < len(data):
-        out.append(at)
-        at += 12 + struct.unpack_from(">i", data, at + 8)[0]
-    return out
-
-
-def _write(path: str, at: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(data)
-
-
-def _flip(path: str, at: int) -> None:
-    with open(path, "rb") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-    _write(path, at, bytes([byte ^ 0x01]))
-
-
-def _lines(lo: int, hi: int) -> bytes:
-    return b"".join(b"%d\n" % i for i in range(lo, hi))
+    return segment_path(os.environ["KLOG_DATA_DIR"])
 
 
 def _resumed_how(data_dir: str, position: int, first_missing: int) -> tuple[int, str] | None:
@@ -156,7 +130,7 @@ def test_damage_at_the_tail_of_a_sealed_segment_goes_on_at_the_next(cli, data_di
     assert cli("topics", "create", "t", "-c", "segment.bytes=1500").exit_code == 0
     for b in range(4):
         assert cli("produce", "t", input=_lines(b * 100, b * 100 + 100)).exit_code == 0
-    first = sorted(glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log")))[0]
+    first = segment_paths(data_dir)[0]
     _flip(first, _positions(first)[-1] + 100)
     r = cli("consume", "t", "--skip-damaged")
     assert r.exit_code == 1 and r.stdout.endswith(_lines(300, 400)), r

@@ -5,9 +5,6 @@ resuming at it hands its records out under offsets that belong to the damaged ba
 
 from __future__ import annotations
 
-import glob
-import os
-import struct
 import time
 
 import pytest
@@ -15,29 +12,11 @@ import pytest
 import klog
 from klog.store import codec
 from tests.cli.test_cli import assert_one_line_error
-
-
-def _segment(data_dir: str) -> str:
-    [path] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.log"))
-    return path
-
-
-def _positions(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        data = f.read()
-    out, at = [], 0
-    while at < len(data):
-        out.append(at)
-        at += 12 + struct.unpack_from(">i", data, at + 8)[0]
-    return out
-
-
-def _flip(path: str, at: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x01]))
+from tests.segment_files import batch_positions as _positions
+from tests.segment_files import flip_bit as _flip
+from tests.segment_files import numbered_lines as _lines
+from tests.segment_files import segment_path as _segment
+from tests.segment_files import write_at as _write
 
 
 def _forged(base_offset: int, value: bytes = b"forged") -> bytes:
@@ -48,7 +27,7 @@ def _write_with_embedded(cli, data_dir: str, embedded: bytes) -> str:  # noqa: A
     """t-0: offsets 0..9 (lines), then one batch of offsets 10..19 whose last record's value is
     `embedded`; the segment's path."""
     assert cli("topics", "create", "t").exit_code == 0
-    assert cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(10))).exit_code == 0
+    assert cli("produce", "t", input=_lines(0, 10)).exit_code == 0
     with klog.open(data_dir) as store, store.producer() as producer:
         producer.send_values("t", [b"v%d" % i for i in range(10, 19)] + [embedded])
     return _segment(data_dir)
@@ -64,7 +43,7 @@ def test_a_batch_inside_the_damaged_last_batch_is_never_resumed_at(cli, data_dir
     _flip(path, positions[1] + 70)
     r = cli("consume", "t", "--skip-damaged")
     assert b"forged" not in r.stdout, r
-    assert (r.exit_code, r.stdout) == (1, b"".join(b"%d\n" % i for i in range(10))), r
+    assert (r.exit_code, r.stdout) == (1, _lines(0, 10)), r
     assert "skipped t-0 offsets 10..19" in r.stderr, r.stderr
     for start in ("10", "12", "15", "16"):
         r = cli("consume", "t", "-o", start)
@@ -85,16 +64,14 @@ def test_a_batch_inside_a_damaged_header_s_batch_is_never_read_as_its_offsets(cl
     skipped ranges."""
     path = _write_with_embedded(cli, data_dir, _forged(15))
     positions = _positions(path)
-    with open(path, "r+b") as f:
-        f.seek(positions[1] + 8)
-        f.write(b"\x40")  # batchLength + 1 GiB
+    _write(path, positions[1] + 8, b"\x40")  # batchLength + 1 GiB
     for start in ("12", "15", "16"):
         r = cli("consume", "t", "-o", start)
         assert b"forged" not in r.stdout, (start, r)
         assert_one_line_error(r, 1, "invalid batch header")
     r = cli("consume", "t", "--skip-damaged")
     assert b"forged" not in r.stdout, r
-    assert (r.exit_code, r.stdout) == (1, b"".join(b"%d\n" % i for i in range(10))), r
+    assert (r.exit_code, r.stdout) == (1, _lines(0, 10)), r
     assert "skipped t-0 offsets 10..19" in r.stderr, r.stderr
     r = cli("consume", "t", "-o", "12", "--skip-damaged")
     assert (r.exit_code, r.stdout) == (1, b""), r
@@ -110,21 +87,19 @@ def test_a_chain_of_batches_inside_a_damaged_middle_batch_is_passed_over(cli, da
     """Mid-segment: the damaged batch (length field broken) holds two chained batches (15, 16) in
     its last record's value, and a real batch (20..29) follows it: reading resumes at 20."""
     path = _write_with_embedded(cli, data_dir, _forged(15) + _forged(16, b"forged too"))
-    assert cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(20, 30))).exit_code == 0
+    assert cli("produce", "t", input=_lines(20, 30)).exit_code == 0
     positions = _positions(path)
     assert len(positions) == 3
-    with open(path, "r+b") as f:
-        f.seek(positions[1] + 8)
-        f.write(b"\x40")
+    _write(path, positions[1] + 8, b"\x40")
     r = cli("consume", "t", "--skip-damaged")
     assert b"forged" not in r.stdout, r
-    assert r.stdout == b"".join(b"%d\n" % i for i in list(range(10)) + list(range(20, 30))), r
+    assert r.stdout == _lines(0, 10) + _lines(20, 30), r
     assert "skipped t-0 offsets 10..19" in r.stderr, r.stderr
     for start in ("15", "16"):
         r = cli("consume", "t", "-o", start)
         assert b"forged" not in r.stdout, (start, r)
         assert_one_line_error(r, 1, "invalid batch header")
-    assert cli("consume", "t", "-o", "22").stdout == b"".join(b"%d\n" % i for i in range(22, 30))
+    assert cli("consume", "t", "-o", "22").stdout == _lines(22, 30)
 
 
 def test_good_batches_between_two_damaged_ones_are_read_not_reported_damaged(cli, data_dir):
@@ -133,20 +108,18 @@ def test_good_batches_between_two_damaged_ones_are_read_not_reported_damaged(cli
     the second, and --skip-damaged reported the intact 100..139 as damaged; `-o 100` failed."""
     assert cli("topics", "create", "t", "-c", "index.interval.bytes=100000000").exit_code == 0
     for b in range(8):
-        assert cli("produce", "t", input=b"".join(b"%d\n" % (b * 20 + i) for i in range(20))).exit_code == 0
+        assert cli("produce", "t", input=_lines(b * 20, b * 20 + 20)).exit_code == 0
     path = _segment(data_dir)
     positions = _positions(path)
     for k in (1, 4):
-        with open(path, "r+b") as f:
-            f.seek(positions[k] + 8)
-            f.write(b"\x40")
+        _write(path, positions[k] + 8, b"\x40")
     kept = [i for i in range(160) if not 20 <= i < 40 and not 80 <= i < 100]
     r = cli("consume", "t", "--skip-damaged")
     assert r.stdout == b"".join(b"%d\n" % i for i in kept), r
     skipped = [line.split(":")[1].strip() for line in r.stderr.strip().splitlines()]
     assert skipped == ["skipped t-0 offsets 20..39", "skipped t-0 offsets 80..99"], r.stderr
     r = cli("consume", "t", "-o", "100")
-    assert (r.exit_code, r.stdout) == (0, b"".join(b"%d\n" % i for i in range(100, 160))), r
+    assert (r.exit_code, r.stdout) == (0, _lines(100, 160)), r
     assert_one_line_error(cli("consume", "t", "-o", "85"), 1, "invalid batch header")
 
 
@@ -160,11 +133,9 @@ def test_a_fetch_from_inside_the_damaged_range_is_corrupt_message_not_the_embedd
     from tests.serve_helpers import RawClient, fetch_fields
 
     path = _write_with_embedded(cli, data_dir, _forged(15) + _forged(16, b"forged too"))
-    assert cli("produce", "t", input=b"".join(b"%d\n" % i for i in range(20, 30))).exit_code == 0
+    assert cli("produce", "t", input=_lines(20, 30)).exit_code == 0
     positions = _positions(path)
-    with open(path, "r+b") as f:
-        f.seek(positions[1] + 8)
-        f.write(b"\x40")
+    _write(path, positions[1] + 8, b"\x40")
     with open(path, "rb") as f:
         real = f.read()[positions[2]:]
     got = {}

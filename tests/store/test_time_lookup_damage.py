@@ -6,12 +6,12 @@ or the right offset now, never a later start."""
 
 from __future__ import annotations
 
-import glob
 import os
 import struct
 
 import klog
 from tests.cli.test_cli import assert_one_line_error
+from tests.segment_files import segment_paths
 
 
 def _written(cli, segment_bytes: int) -> list[str]:  # noqa: ANN001 - the cli fixture
@@ -19,7 +19,7 @@ def _written(cli, segment_bytes: int) -> list[str]:  # noqa: ANN001 - the cli fi
     assert cli("topics", "create", "t", "-c", f"segment.bytes={segment_bytes}").exit_code == 0
     for i in range(6):
         assert cli("produce", "t", input=b"".join(b"v-%d-%d\n" % (i, j) for j in range(15))).exit_code == 0
-    return sorted(glob.glob(os.path.join(os.environ["KLOG_DATA_DIR"], "logs", "t-0", "*.log")))
+    return segment_paths(os.environ["KLOG_DATA_DIR"])
 
 
 def test_a_cut_segment_is_an_error_for_consume_since_not_an_empty_topic(cli, data_dir):
