@@ -218,9 +218,8 @@ class ProducerStates:
                 if header.producer_id < 0:
                     continue
                 if header.is_control:  # a transaction's marker: it is over
-                    entry = states.get(header.producer_id)
-                    if entry is not None:
-                        entry.in_txn = False
+                    self._marked(states, header, min(header.max_timestamp, now))
+                    self._over_partition_max(states, len(states) - self.per_partition_max)
                 elif header.base_sequence >= 0:
                     self._record(states, header, header.base_offset, min(header.max_timestamp, now))
                     self._over_partition_max(states, len(states) - self.per_partition_max)
@@ -245,6 +244,25 @@ class ProducerStates:
         entry.last_ms = now_ms
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             entry.in_txn = True
+
+    @staticmethod
+    def _marked(states: dict[int, _ProducerEntry], header: BatchHeader, now_ms: int) -> None:
+        """A transaction marker read from the log (Kafka's appendEndTxnMarker): the producer's
+        transaction is over, and the marker's epoch, where newer than its batches' (the coordinator
+        fenced it: a timed-out transaction's abort, or one a new InitProducerId ended), is its epoch
+        from then on, its sequences starting over; a producer known only by its marker (its batches
+        cleaned away) has an entry at that epoch. An emptied marker (a cleaning removed its
+        transaction) tells nothing more, as for Kafka and the cleaner's active producers."""
+        entry = states.get(header.producer_id)
+        if entry is None:
+            if not header.records_count:
+                return
+            entry = states[header.producer_id] = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT),
+                                                                last_ms=now_ms)
+        entry.in_txn = False
+        if header.records_count and header.producer_epoch > entry.epoch:
+            entry.epoch = header.producer_epoch
+            entry.recent.clear()
 
     @staticmethod
     def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[int]:
@@ -299,12 +317,18 @@ class ProducerStates:
                         dropped += 1
         return dropped
 
-    def txn_ended(self, key: tuple[str, int], producer_id: int) -> None:
-        """A marker ended (or found no) open transaction of the producer in the partition."""
+    def txn_ended(self, key: tuple[str, int], producer_id: int, marker_epoch: int | None = None) -> None:
+        """A marker ended (or found no) open transaction of the producer in the partition.
+        `marker_epoch`: the epoch of the marker appended, which a newer one makes the producer's (see
+        _marked: the state rebuilt from the log takes it too). Partition's lock held."""
         states = self._by_partition.get(key)
         entry = states.get(producer_id) if states is not None else None
         if entry is not None:
             entry.in_txn = False
+            if marker_epoch is not None and marker_epoch > entry.epoch:
+                with self._lock:
+                    entry.epoch = marker_epoch
+                    entry.recent.clear()
 
     def states(self, key: tuple[str, int], part: Partition) -> dict[int, _ProducerEntry]:
         """The partition's producers, built from its log on first use. Lock held."""
@@ -848,7 +872,7 @@ class RawAppender:
                                                     f"{producer_epoch}, older than its batches' {entry.epoch}")
             data = control_batch(producer_id, producer_epoch, kind, coordinator_epoch, int(time.time() * 1000))
             base = self.writer.append_batch(topic, partition, data, "all")
-            self.producers.txn_ended((topic, partition), producer_id)
+            self.producers.txn_ended((topic, partition), producer_id, producer_epoch)
             with view_lock:
                 view.refresh(part.high_watermark())
                 entry = next((a for a in reversed(view.aborted_txns) if a.last_offset == base), None)
