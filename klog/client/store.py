@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 
 class PartitionInfo(Plain):
     _fields = __match_args__ = ("partition", "leader", "replicas", "isr", "leader_epoch", "log_start_offset",
-                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end")
+                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end",
+                                "move")
 
     def __init__(self, partition: int, leader: int, replicas: list[int], isr: list[int], leader_epoch: int,
                  log_start_offset: int, high_watermark: int, log_end_offset: int, size_bytes: int, segments: int,
-                 replica_log_end: dict[int, int] | None = None) -> None:
+                 replica_log_end: dict[int, int] | None = None, move: list[int] | None = None) -> None:
         self.partition = partition
         self.leader = leader
         self.replicas = replicas
@@ -54,6 +55,8 @@ class PartitionInfo(Plain):
         self.size_bytes = size_bytes
         self.segments = segments
         self.replica_log_end = {} if replica_log_end is None else replica_log_end
+        # [from, to]: a replica move recorded and not settled yet (the partition's next write settles it)
+        self.move = move
 
 
 class TopicInfo(Plain):
@@ -458,7 +461,8 @@ class Store(GroupAdminMethods):
             replica_ends = self._replica_log_ends(name, i, pm, p)
             parts.append(PartitionInfo(
                 i, pm.leader, pm.replicas, pm.isr, pm.leader_epoch, p.log_start_offset(), snap.high_watermark,
-                replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends))
+                replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends,
+                None if pm.move is None else list(pm.move)))
         return TopicInfo(name, topic.topic_id, parts, topic.replication_factor, dict(topic.configs))
 
     def _replica_log_ends(self, topic: str, partition: int, pm, part: Partition) -> dict[int, int]:
