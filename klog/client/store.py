@@ -286,8 +286,11 @@ class Store(GroupAdminMethods):
         """Rename every replica folder of the topic to `.<topic id>.<partition>.deleting`, or, if
         one cannot be, put the others back and raise StorageError."""
         moved: list[tuple[str, str]] = []
+        known = {d.id for d in self.data_dir.log_dirs}
         for p, pm in enumerate(topic.partitions):
-            for d in pm.replicas:
+            # and the folder a move cut short left to delete (PartitionMeta.move), if its directory is still known
+            left_by_move = [d for d in pm.move or () if d not in pm.replicas and d in known]
+            for d in [*pm.replicas, *left_by_move]:
                 folder = os.path.join(self.data_dir.log_dir_path(d), partition_dir_name(name, p))
                 # short, whatever the topic's length; never parses as a partition folder
                 aside = os.path.join(os.path.dirname(folder), f".{topic.topic_id}.{p}.deleting")

@@ -158,3 +158,20 @@ def test_a_failed_catch_up_rolls_the_move_back(cli, data_dir, monkeypatch):
     assert cli("produce", "t", input=b"after\n").exit_code == 0
     with klog.open(data_dir) as store:
         assert [r.value for r in store.consumer("t")] == [b"%d" % i for i in range(100)] + [b"after"]
+
+
+@pytest.mark.slow
+def test_a_topic_deleted_with_a_move_pending_leaves_no_folder(cli, klog_proc, data_dir, monkeypatch):
+    """Killed once the replicas were swapped, before the old folder went: a delete of the topic then
+    removes that folder too (a topic created again under the name would otherwise be refused)."""
+    dirs = _store_with_moves(cli, data_dir, 1)
+    monkeypatch.setenv("KLOG_CRASH_AT", "move-settled")
+    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
+    monkeypatch.delenv("KLOG_CRASH_AT")
+    assert os.path.isdir(os.path.join(dirs[0], "t-0"))
+    assert cli("topics", "delete", "t").exit_code == 0
+    assert _leftovers(dirs, []) == []
+    assert cli("topics", "create", "t").exit_code == 0
+    assert cli("produce", "t", input=b"new\n").exit_code == 0
+    with klog.open(data_dir) as store:
+        assert [r.value for r in store.consumer("t")] == [b"new"]
