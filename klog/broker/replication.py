@@ -216,6 +216,7 @@ class ReplicaManager:
         # (topic, partition, from, to): the move this manager's move_replica makes (a move settled
         # by reconcile that is not this one was cut short before, and is said in a warning)
         self.moving: tuple[str, int, int, int] | None = None
+        self.move_failure: str | None = None  # why the last move settled here was rolled back
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -455,10 +456,12 @@ class ReplicaManager:
             else:
                 new = replace(meta, replicas=[r for r in meta.replicas if r != target],
                               isr=[r for r in meta.isr if r != target])
+                if self.move_failure is None:
+                    self.move_failure = f"log directory {target}: {dir_health(store, target)}"
                 if not own:
                     self.warn(f"{topic}-{partition}: rolled back the move of its replica from log directory {source} "
-                              f"to {target} (cut short before): the new replica is not in sync "
-                              f"({dir_health(store, target)})")
+                              f"to {target} (cut short before): the new replica could not catch up "
+                              f"({self.move_failure})")
             store.topics.update_partition(topic, partition, new)
             self._metadata_written(topic)
             faults.point("move-settled")
@@ -548,7 +551,9 @@ class ReplicaManager:
                 follower.open_for_write()
                 end = catch_up(leader, follower, leader.log_end_offset, meta.epochs)
             except (OSError, KlogError) as e:
-                if failed_at is None:  # once per failure, not per retry
+                if meta.move is not None and meta.move[1] == d:  # a move's new replica: the move is rolled back
+                    self.move_failure = str(getattr(e, "strerror", None) or e)
+                elif failed_at is None:  # once per failure, not per retry
                     self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
                               f"(retrying every {CATCH_UP_RETRY_S:g} s)")
                 self._failed_at[(topic, partition, d)] = time.monotonic()
@@ -897,7 +902,7 @@ def move_replica(store: BrokerStore, topic: str, partition: int, source: int, ta
         meta = manager.reconcile(topic, partition, part)  # catches the new replica up, then settles the move
         if target not in meta.replicas or source in meta.replicas:
             raise StorageError(f"the new replica of {topic}-{partition} in log directory {target} "
-                               "could not catch up; nothing was moved")
+                               f"could not catch up ({manager.move_failure or 'not in sync'}); nothing was moved")
 
 
 def settle_move(store: BrokerStore, topic: str, partition: int, warn: Warn | None = None) -> PartitionMeta:
