@@ -216,6 +216,9 @@ class ReplicaManager:
         # (topic, partition, from, to): the move this manager's move_replica makes (a move settled
         # by reconcile that is not this one was cut short before, and is said in a warning)
         self.moving: tuple[str, int, int, int] | None = None
+        # (topic, partition) -> why its move's new replica could not catch up (this reconcile's
+        # catch-up, read by the settling of the move that follows it)
+        self._move_failures: dict[tuple[str, int], str] = {}
         self.move_failure: str | None = None  # why the last move settled here was rolled back
 
     @contextmanager
@@ -456,8 +459,8 @@ class ReplicaManager:
             else:
                 new = replace(meta, replicas=[r for r in meta.replicas if r != target],
                               isr=[r for r in meta.isr if r != target])
-                if self.move_failure is None:
-                    self.move_failure = f"log directory {target}: {dir_health(store, target)}"
+                self.move_failure = (self._move_failures.pop((topic, partition), None)
+                                     or f"log directory {target}: {dir_health(store, target)}")
                 if not own:
                     self.warn(f"{topic}-{partition}: rolled back the move of its replica from log directory {source} "
                               f"to {target} (cut short before): the new replica could not catch up "
@@ -552,7 +555,7 @@ class ReplicaManager:
                 end = catch_up(leader, follower, leader.log_end_offset, meta.epochs)
             except (OSError, KlogError) as e:
                 if meta.move is not None and meta.move[1] == d:  # a move's new replica: the move is rolled back
-                    self.move_failure = str(getattr(e, "strerror", None) or e)
+                    self._move_failures[(topic, partition)] = str(getattr(e, "strerror", None) or e)
                 elif failed_at is None:  # once per failure, not per retry
                     self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
                               f"(retrying every {CATCH_UP_RETRY_S:g} s)")
