@@ -611,7 +611,7 @@ class Store(GroupAdminMethods):
 
         meta = self.topic(topic)
         parts = list(partitions) if partitions is not None else [
-            i for i, p in enumerate(meta.partitions) if source in p.replicas]
+            i for i, p in enumerate(meta.partitions) if source in p.replicas or p.move == [source, target]]
         for p in parts:
             move_replica(self, topic, p, source, target)
         return parts

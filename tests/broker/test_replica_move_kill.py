@@ -109,6 +109,15 @@ def test_the_interrupted_reassign_run_again_finishes_it(cli, klog_proc, data_dir
     after = _partition(data_dir)
     assert (after.replicas, after.isr, after.move) == ([0], [0], None)
     assert _leftovers(dirs, [0]) == []
+    # killed once swapped (the old folder not yet deleted): run again, without -p, it is finished too
+    monkeypatch.setenv("KLOG_CRASH_AT", "move-settled")
+    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
+    monkeypatch.delenv("KLOG_CRASH_AT")
+    r = cli("topics", "reassign", "t", "--from", "0", "--to", "1")
+    assert r.exit_code == 0 and "Moved 1 replicas of t from log directory 0 to 1" in r.stderr, r
+    after = _partition(data_dir)
+    assert (after.replicas, after.isr, after.move) == ([1], [1], None)
+    assert _leftovers(dirs, [1]) == []
     _every_record_once(data_dir, [])
 
 
