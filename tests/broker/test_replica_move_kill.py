@@ -39,6 +39,14 @@ def _store_with_moves(cli, data_dir: str, rf: int) -> dict[int, str]:
         return {d: store.data_dir.log_dir_path(d) for d in store.log_dir_ids()}
 
 
+def _killed_reassign(klog_proc, monkeypatch, step: str, source: int, target: int) -> None:
+    """`klog topics reassign t --from source --to target` in a process SIGKILLed at crash point `step`."""
+    monkeypatch.setenv("KLOG_CRASH_AT", step)
+    r = klog_proc("topics", "reassign", "t", "--from", str(source), "--to", str(target))
+    monkeypatch.delenv("KLOG_CRASH_AT")
+    assert r.returncode == -9, r
+
+
 def _partition(data_dir: str):
     with klog.open(data_dir) as store:
         return store.topics.get("t").partitions[0]
@@ -67,10 +75,7 @@ def test_a_reassign_killed_at_each_step_is_finished_by_the_next_write(cli, klog_
     before = _partition(data_dir)
     source = before.leader  # (the leader moves: the hand-over is part of the move)
     target = next(d for d in dirs if d not in before.replicas)
-    monkeypatch.setenv("KLOG_CRASH_AT", step)
-    r = klog_proc("topics", "reassign", "t", "--from", str(source), "--to", str(target))
-    assert r.returncode == -9, r
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, step, source, target)
     r = cli("topics", "describe", "t")
     assert r.exit_code == 0 and f"replication factor {rf}" in r.out, r
     assert f"a move of its replica from log directory {source} to {target} is pending" in r.out, r.out
@@ -92,27 +97,21 @@ def test_a_reassign_killed_at_each_step_is_finished_by_the_next_write(cli, klog_
 def test_the_interrupted_reassign_run_again_finishes_it(cli, klog_proc, data_dir, monkeypatch):
     """The same command again, before any write: the pending move is finished, and nothing more moves."""
     dirs = _store_with_moves(cli, data_dir, 1)
-    monkeypatch.setenv("KLOG_CRASH_AT", "move-recorded")
-    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, "move-recorded", 0, 1)
     r = cli("topics", "reassign", "t", "--from", "0", "--to", "1", "-p", "0")
     assert r.exit_code == 0 and "Moved 1 replicas of t from log directory 0 to 1" in r.stderr, r
     after = _partition(data_dir)
     assert (after.replicas, after.isr, after.move) == ([1], [1], None)
     assert _leftovers(dirs, [1]) == []
     # another move asked for while one is pending: the pending one is finished first, then this one made
-    monkeypatch.setenv("KLOG_CRASH_AT", "move-caught-up")
-    assert klog_proc("topics", "reassign", "t", "--from", "1", "--to", "2").returncode == -9
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, "move-caught-up", 1, 2)
     r = cli("topics", "reassign", "t", "--from", "2", "--to", "0", "-p", "0")
     assert r.exit_code == 0, r
     after = _partition(data_dir)
     assert (after.replicas, after.isr, after.move) == ([0], [0], None)
     assert _leftovers(dirs, [0]) == []
     # killed once swapped (the old folder not yet deleted): run again, without -p, it is finished too
-    monkeypatch.setenv("KLOG_CRASH_AT", "move-settled")
-    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, "move-settled", 0, 1)
     r = cli("topics", "reassign", "t", "--from", "0", "--to", "1")
     assert r.exit_code == 0 and "Moved 1 replicas of t from log directory 0 to 1" in r.stderr, r
     after = _partition(data_dir)
@@ -124,9 +123,7 @@ def test_the_interrupted_reassign_run_again_finishes_it(cli, klog_proc, data_dir
 @pytest.mark.slow
 def test_a_move_cut_short_whose_new_directory_is_gone_is_rolled_back(cli, klog_proc, data_dir, monkeypatch):
     dirs = _store_with_moves(cli, data_dir, 1)
-    monkeypatch.setenv("KLOG_CRASH_AT", "catch-up-copied:50")  # mid catch-up
-    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, "catch-up-copied:50", 0, 1)  # mid catch-up
     shutil.rmtree(dirs[1])  # the new replica's disk is lost
     r = cli("produce", "t", input=b"after\n")
     assert r.exit_code == 0, r
@@ -175,9 +172,7 @@ def test_a_topic_deleted_with_a_move_pending_leaves_no_folder(cli, klog_proc, da
     """Killed once the replicas were swapped, before the old folder went: a delete of the topic then
     removes that folder too (a topic created again under the name would otherwise be refused)."""
     dirs = _store_with_moves(cli, data_dir, 1)
-    monkeypatch.setenv("KLOG_CRASH_AT", "move-settled")
-    assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
-    monkeypatch.delenv("KLOG_CRASH_AT")
+    _killed_reassign(klog_proc, monkeypatch, "move-settled", 0, 1)
     assert os.path.isdir(os.path.join(dirs[0], "t-0"))
     assert cli("topics", "delete", "t").exit_code == 0
     assert _leftovers(dirs, []) == []
