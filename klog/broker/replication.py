@@ -26,7 +26,7 @@ from klog.errors import (
     StorageError,
 )
 from klog.meta.topics import PartitionMeta, TopicMeta
-from klog.store import health
+from klog.store import faults, health
 from klog.store.config import LogConfig
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
@@ -125,6 +125,7 @@ def catch_up(leader: PartitionLog, follower: PartitionLog, leader_end: int,
                 if compacted:
                     _follow_segments(follower, fb.segment_base, fb.header.base_offset, first)
                 follower.append(fb.data, fb.header, gap_ok=compacted)
+                faults.point("catch-up-copied")  # (tests: a kill -9 mid-copy, "catch-up-copied:N")
     follower.flush()
     return follower.log_end_offset
 
@@ -212,6 +213,13 @@ class ReplicaManager:
             = {}
         # (log dir id, its identity) -> until when its last healthy check is trusted (HEALTHY_TRUSTED_S)
         self._healthy_until: dict[tuple[int, str | None], float] = {}
+        # (topic, partition, from, to): the move this manager's move_replica makes (a move settled
+        # by reconcile that is not this one was cut short before, and is said in a warning)
+        self.moving: tuple[str, int, int, int] | None = None
+        # (topic, partition) -> why its move's new replica could not catch up (this reconcile's
+        # catch-up, read by the settling of the move that follows it)
+        self._move_failures: dict[tuple[str, int], str] = {}
+        self.move_failure: str | None = None  # why the last move settled here was rolled back
 
     @contextmanager
     def shared_dir_checks(self) -> Iterator[None]:
@@ -405,6 +413,8 @@ class ReplicaManager:
         if meta is not before and meta != before:
             store.topics.update_partition(topic, partition, meta)
             self._metadata_written(topic)
+        if meta.move is not None:  # a replica move recorded and not finished (move_replica)
+            meta = self._settle_move(topic, partition, part, meta)
         if part.state.leader_epoch() != meta.leader_epoch:
             snap = part.state.read()
             snap.leader_epoch = meta.leader_epoch
@@ -421,6 +431,57 @@ class ReplicaManager:
                                 f"offsets. Acknowledge the loss with: {data_loss.ACKNOWLEDGE_COMMAND}")
         if len(meta.isr) == len(meta.replicas):
             part.replica_check = (time.monotonic(), meta)
+        return meta
+
+    def _settle_move(self, topic: str, partition: int, part, meta: PartitionMeta) -> PartitionMeta:
+        """A move recorded in the metadata ([from, to], by move_replica), after this reconcile's
+        catch-up: with both replicas listed, finished if the new one is in the ISR (it takes the
+        old one's place, a moved leader handing over with a new epoch), else rolled back (the new
+        one dropped: its directory failed, or it could not catch up). Then the folder of the
+        replica no longer listed is deleted and the record cleared. Each step is one metadata
+        write, so a kill between two leaves a state the next reconcile settles from."""
+        source, target = meta.move
+        own = self.moving == (topic, partition, source, target)  # (else one cut short, in any process)
+        store = self.store
+        if source in meta.replicas and target in meta.replicas:
+            if target in meta.isr:
+                faults.point("move-caught-up")
+                replicas = [target if r == source else r for r in meta.replicas if r != target]
+                isr = [r for r in meta.isr if r != source]
+                new = replace(meta, replicas=replicas, isr=isr)
+                if meta.leader == source:
+                    leader = next(r for r in replicas if r in isr)
+                    new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
+                                  epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
+                if not own:
+                    self.warn(f"{topic}-{partition}: finished the move of its replica from log directory {source} "
+                              f"to {target} (cut short before)")
+            else:
+                new = replace(meta, replicas=[r for r in meta.replicas if r != target],
+                              isr=[r for r in meta.isr if r != target])
+                self.move_failure = (self._move_failures.pop((topic, partition), None)
+                                     or f"log directory {target}: {dir_health(store, target)}")
+                if not own:
+                    self.warn(f"{topic}-{partition}: rolled back the move of its replica from log directory {source} "
+                              f"to {target} (cut short before): the new replica could not catch up "
+                              f"({self.move_failure})")
+            store.topics.update_partition(topic, partition, new)
+            self._metadata_written(topic)
+            faults.point("move-settled")
+            if new.leader != meta.leader or new.isr != meta.isr:
+                part.set_replica_dirs(self._dirs(topic, partition, _leader_first(new)))  # (closes the old one)
+                part.open_for_write()
+            meta = new
+        if (source in meta.replicas) != (target in meta.replicas):
+            gone = target if source in meta.replicas else source
+            try:
+                delete_replica_folder(replica_path(store, topic, partition, gone))
+            except (OSError, KlogError) as e:
+                self.warn(f"cannot delete the replica of {topic}-{partition} left in log directory {gone} by a move: "
+                          f"{getattr(e, 'strerror', None) or e}")
+        meta = replace(meta, move=None)
+        store.topics.update_partition(topic, partition, meta)
+        self._metadata_written(topic)
         return meta
 
     def _restore_leader_tail(self, part, hw: int) -> None:
@@ -493,7 +554,9 @@ class ReplicaManager:
                 follower.open_for_write()
                 end = catch_up(leader, follower, leader.log_end_offset, meta.epochs)
             except (OSError, KlogError) as e:
-                if failed_at is None:  # once per failure, not per retry
+                if meta.move is not None and meta.move[1] == d:  # a move's new replica: the move is rolled back
+                    self._move_failures[(topic, partition)] = str(getattr(e, "strerror", None) or e)
+                elif failed_at is None:  # once per failure, not per retry
                     self.warn(f"cannot catch up the replica of {topic}-{partition} in log directory {d}: {e} "
                               f"(retrying every {CATCH_UP_RETRY_S:g} s)")
                 self._failed_at[(topic, partition, d)] = time.monotonic()
@@ -812,39 +875,70 @@ class SyncAfter(DeferredSync):
 def move_replica(store: BrokerStore, topic: str, partition: int, source: int, target: int,
                  warn: Warn | None = None) -> None:
     """Move one replica from log dir `source` to `target` without losing or duplicating a record:
-    the new replica is caught up and joins the ISR before the old one is dropped."""
+    the new replica is caught up and joins the ISR before the old one is dropped.
+
+    The move is recorded in the partition's metadata first (PartitionMeta.move, in the same LMDB
+    write that adds the new replica), so that one cut short (a kill, a failure) is settled by the
+    partition's next reconcile, in any process: finished when the new replica is in the ISR, else
+    rolled back (see ReplicaManager._settle_move). A move still pending when another is asked
+    for is settled first; asked again, a move that is then done does nothing."""
     manager = ReplicaManager(store, warn)
     part = store.partition(topic, partition)
     with part.lock:
         meta = store.topics.get(topic).partitions[partition]
+        if meta.move is not None:
+            pending = list(meta.move)
+            meta = manager.reconcile(topic, partition, part)  # settles it
+            if pending == [source, target] and target in meta.replicas and source not in meta.replicas:
+                return  # the move asked for, cut short before, now finished
         if source not in meta.replicas:
             raise KlogError(f"{topic}-{partition} has no replica in log directory {source}")
         if target in meta.replicas:
             raise KlogError(f"{topic}-{partition} already has a replica in log directory {target}")
         if dir_health(store, target) != health.OK:
             raise KlogError(f"log directory {target} is not healthy ({dir_health(store, target)})")
-        store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target]))
-        meta = manager.reconcile(topic, partition, part)
-        if target not in meta.isr:
+        manager.moving = (topic, partition, source, target)
+        store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target],
+                                                                move=[source, target]))
+        manager._metadata_written(topic)
+        faults.point("move-recorded")
+        meta = manager.reconcile(topic, partition, part)  # catches the new replica up, then settles the move
+        if target not in meta.replicas or source in meta.replicas:
             raise StorageError(f"the new replica of {topic}-{partition} in log directory {target} "
-                               "could not catch up; nothing was moved")
-        replicas = [target if r == source else r for r in meta.replicas if r != target]
-        isr = [r for r in meta.isr if r != source]
-        new = replace(meta, replicas=replicas, isr=isr)
-        if meta.leader == source:
-            leader = next(r for r in replicas if r in isr)
-            new = replace(new, leader=leader, leader_epoch=meta.leader_epoch + 1,
-                          epochs=[*meta.epochs, [meta.leader_epoch + 1, part.leader.log_end_offset]])
-        store.topics.update_partition(topic, partition, new)
-        store.forget_topic_metadata(topic)
-        manager.reconcile(topic, partition, part)
-        old = replica_path(store, topic, partition, source)
-        if os.path.isdir(old):
-            # a short name (a 249-character topic's folder + a suffix would pass 255 bytes) that
-            # never parses as a partition folder ("delete" is no partition number)
-            import shutil  # here (and uuid): only a replica move needs them, not every producer
-            import uuid
+                               f"could not catch up ({manager.move_failure or 'not in sync'}); nothing was moved")
 
-            doomed = os.path.join(os.path.dirname(old), f"klog-moved-{uuid.uuid4().hex}-delete")
-            os.replace(old, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+
+def settle_move(store: BrokerStore, topic: str, partition: int, warn: Warn | None = None) -> PartitionMeta:
+    """The partition's metadata once a move recorded in it (cut short) is finished or rolled back;
+    as it is when none is. Takes the partition's lock (re-entrant: the caller may hold it)."""
+    meta = store.topics.get(topic).partitions[partition]
+    if meta.move is None:
+        return meta
+    part = store.partition(topic, partition)
+    with part.lock:
+        return ReplicaManager(store, warn).reconcile(topic, partition, part)
+
+
+def _doomed_path(folder: str) -> str:
+    """Where a replica's folder is renamed to be deleted: a short name (a 249-character topic's
+    folder + a suffix would pass 255 bytes) that never parses as a partition folder ("delete" is no
+    partition number), and the same for the same folder, so a deletion cut short is finished by
+    the next one."""
+    import hashlib  # here: only a replica move needs it, not every producer
+
+    digest = hashlib.sha1(os.fsencode(os.path.basename(folder))).hexdigest()[:32]
+    return os.path.join(os.path.dirname(folder), f"klog-moved-{digest}-delete")
+
+
+def delete_replica_folder(folder: str) -> None:
+    """Delete a replica's folder no replica list names any more: renamed first (readers and
+    writers then find no half-deleted partition folder), then removed. Raises OSError."""
+    import shutil
+
+    doomed = _doomed_path(folder)
+    if os.path.lexists(doomed):
+        shutil.rmtree(doomed, ignore_errors=True)
+    if os.path.isdir(folder):
+        os.replace(folder, doomed)
+        faults.point("move-renamed")
+    shutil.rmtree(doomed, ignore_errors=True)

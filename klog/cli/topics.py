@@ -116,7 +116,7 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
             for p in info.partitions]
     headings = ["PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "LOG-START", "HIGH-WATERMARK", "LOG-END",
                 "SIZE", "SEGMENTS"]
-    if info.replication_factor > 1:  # each replica's log end: how far an out-of-sync one lags
+    if any(len(p.replicas) > 1 for p in info.partitions):  # each replica's log end: how far an out-of-sync one lags
         headings.append("REPLICA-LOG-ENDS")
         for row, p in zip(rows, info.partitions, strict=True):
             row.append(",".join(f"{d}:{p.replica_log_end[d]}" if d in p.replica_log_end else f"{d}:-"
@@ -126,6 +126,10 @@ def describe(topic: str, data_dir: DataDirOpt = None, as_json: JsonOpt = False) 
         for row, ratio in zip(rows, ratios, strict=True):
             row.append(f"{ratio:.2f}")
     print_table(headings, rows)
+    for p in info.partitions:
+        if p.move:  # (a cluster's partitions have none)
+            print(f"Partition {p.partition}: a move of its replica from log directory {p.move[0]} to {p.move[1]} is "
+                  "pending (cut short); the next write to the partition finishes it or rolls it back")
     if any(p.segments is None for p in info.partitions):  # a cluster: say why the column is empty
         print("SEGMENTS -: a Kafka cluster does not report segment counts (no Kafka API gives them)")
 

@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 
 class PartitionInfo(Plain):
     _fields = __match_args__ = ("partition", "leader", "replicas", "isr", "leader_epoch", "log_start_offset",
-                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end")
+                                "high_watermark", "log_end_offset", "size_bytes", "segments", "replica_log_end",
+                                "move")
 
     def __init__(self, partition: int, leader: int, replicas: list[int], isr: list[int], leader_epoch: int,
                  log_start_offset: int, high_watermark: int, log_end_offset: int, size_bytes: int, segments: int,
-                 replica_log_end: dict[int, int] | None = None) -> None:
+                 replica_log_end: dict[int, int] | None = None, move: list[int] | None = None) -> None:
         self.partition = partition
         self.leader = leader
         self.replicas = replicas
@@ -54,6 +55,8 @@ class PartitionInfo(Plain):
         self.size_bytes = size_bytes
         self.segments = segments
         self.replica_log_end = {} if replica_log_end is None else replica_log_end
+        # [from, to]: a replica move recorded and not settled yet (the partition's next write settles it)
+        self.move = move
 
 
 class TopicInfo(Plain):
@@ -283,8 +286,11 @@ class Store(GroupAdminMethods):
         """Rename every replica folder of the topic to `.<topic id>.<partition>.deleting`, or, if
         one cannot be, put the others back and raise StorageError."""
         moved: list[tuple[str, str]] = []
+        known = {d.id for d in self.data_dir.log_dirs}
         for p, pm in enumerate(topic.partitions):
-            for d in pm.replicas:
+            # and the folder a move cut short left to delete (PartitionMeta.move), if its directory is still known
+            left_by_move = [d for d in pm.move or () if d not in pm.replicas and d in known]
+            for d in [*pm.replicas, *left_by_move]:
                 folder = os.path.join(self.data_dir.log_dir_path(d), partition_dir_name(name, p))
                 # short, whatever the topic's length; never parses as a partition folder
                 aside = os.path.join(os.path.dirname(folder), f".{topic.topic_id}.{p}.deleting")
@@ -458,7 +464,8 @@ class Store(GroupAdminMethods):
             replica_ends = self._replica_log_ends(name, i, pm, p)
             parts.append(PartitionInfo(
                 i, pm.leader, pm.replicas, pm.isr, pm.leader_epoch, p.log_start_offset(), snap.high_watermark,
-                replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends))
+                replica_ends.get(pm.leader, snap.high_watermark), p.size_bytes(), len(leader.bases), replica_ends,
+                None if pm.move is None else list(pm.move)))
         return TopicInfo(name, topic.topic_id, parts, topic.replication_factor, dict(topic.configs))
 
     def _replica_log_ends(self, topic: str, partition: int, pm, part: Partition) -> dict[int, int]:
@@ -604,7 +611,7 @@ class Store(GroupAdminMethods):
 
         meta = self.topic(topic)
         parts = list(partitions) if partitions is not None else [
-            i for i, p in enumerate(meta.partitions) if source in p.replicas]
+            i for i, p in enumerate(meta.partitions) if source in p.replicas or p.move == [source, target]]
         for p in parts:
             move_replica(self, topic, p, source, target)
         return parts

@@ -23,19 +23,32 @@ PARTITIONS_MAX = 10_000
 class PartitionMeta(Plain):
     """Changed with klog.store.plain.replace, stored as as_json()."""
 
-    _fields = ("replicas", "leader", "isr", "leader_epoch", "epochs")
+    _fields = ("replicas", "leader", "isr", "leader_epoch", "epochs", "move")
 
     def __init__(self, replicas: list[int], leader: int, isr: list[int], leader_epoch: int = 0,
-                 epochs: list[list[int]] | None = None) -> None:
+                 epochs: list[list[int]] | None = None, move: list[int] | None = None) -> None:
         self.replicas = replicas  # log dir ids; the first is the preferred leader
         self.leader = leader
         self.isr = isr
         self.leader_epoch = leader_epoch
         self.epochs = [[0, 0]] if epochs is None else epochs  # [epoch, start offset]
+        # a replica move not finished: [from log dir, to log dir] (klog.broker.replication.move_replica,
+        # which the partition's next reconcile finishes or rolls back); stored only while there is one
+        self.move = move
+
+    @property
+    def replication_factor(self) -> int:
+        """The replicas the partition keeps: a move's new replica, beside the old one, is not counted."""
+        move = self.move
+        return len(self.replicas) - (1 if move is not None and move[0] in self.replicas
+                                     and move[1] in self.replicas else 0)
 
     def as_json(self) -> dict:
-        return {"replicas": list(self.replicas), "leader": self.leader, "isr": list(self.isr),
-                "leader_epoch": self.leader_epoch, "epochs": [list(e) for e in self.epochs]}
+        doc = {"replicas": list(self.replicas), "leader": self.leader, "isr": list(self.isr),
+               "leader_epoch": self.leader_epoch, "epochs": [list(e) for e in self.epochs]}
+        if self.move is not None:
+            doc["move"] = list(self.move)
+        return doc
 
 
 class TopicMeta(Plain):
@@ -55,7 +68,7 @@ class TopicMeta(Plain):
 
     @property
     def replication_factor(self) -> int:
-        return len(self.partitions[0].replicas) if self.partitions else 0
+        return self.partitions[0].replication_factor if self.partitions else 0
 
     def effective_configs(self) -> dict[str, str]:
         """Every config key: the topic's own value, else the default."""

@@ -320,8 +320,11 @@ def _log_dirs(ctx: RequestContext, mod: Any, wanted: dict[str, set[int] | None] 
                     lag = 0 if d in pm.isr else max(0, part.high_watermark())
                 except (KlogError, OSError):
                     lag = -1
+                # a move recorded and not settled (klog.broker.replication.move_replica): its new
+                # replica is Kafka's future replica
+                future = pm.move is not None and pm.move[1] == d and pm.move[0] in pm.replicas
                 parts.append(make(mod.DescribeLogDirsPartition, partition_index=i, partition_size=size,
-                                  offset_lag=lag, is_future_key=False))
+                                  offset_lag=lag, is_future_key=future))
             if parts:
                 per_topic.append(make(mod.DescribeLogDirsTopic, name=meta.name, partitions=tuple(parts)))
         try:

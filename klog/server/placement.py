@@ -189,7 +189,7 @@ def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: d
     one dropped, under the partition's lock)."""
     import os
 
-    from klog.broker.replication import dir_health, move_replica
+    from klog.broker.replication import dir_health, move_replica, settle_move
     from klog.errors import KlogError, StorageError, UnknownPartitionError, UnknownTopicError
     from klog.store import health
 
@@ -211,7 +211,9 @@ def _move_to_dir(ctx: RequestContext, topic: str, index: int, path: str, dirs: d
             found = ctx.store.topics.find(topic)
             if found is None or not 0 <= index < len(found.partitions):
                 return E.unknown_topic_or_partition
-            meta = found.partitions[index]
+            # a move of it cut short before is finished or rolled back first (its new replica would
+            # otherwise count as "already there", or be the out-of-sync replica chosen to move)
+            meta = settle_move(ctx.store, topic, index, warn=lambda m: ctx.log.info("%s", m))
             if target in meta.replicas:
                 return E.none  # already there
             source = _source_replica(meta)

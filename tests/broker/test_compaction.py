@@ -252,7 +252,8 @@ print("finished")
 
 
 COMPACTION_STEPS = [s for s in CRASH_STEPS
-                    if not s.startswith(("retention", "roll", "sealed", "first", "loop", "discard"))]
+                    if not s.startswith(("retention", "roll", "sealed", "first", "loop", "discard", "move",
+                                         "catch-up"))]
 
 
 @pytest.mark.parametrize("step", [f"{s}:{n}" for s in COMPACTION_STEPS for n in (1, 3) if s != "before-checkpoint"]

@@ -51,7 +51,7 @@ def test_the_dataclasses_functions_still_take_them() -> None:
     assert dataclasses.is_dataclass(pm) and [f.name for f in dataclasses.fields(PartitionMeta)] == list(pm._fields)
     assert dataclasses.replace(pm, leader_epoch=3) == replace(pm, leader_epoch=3)
     assert dataclasses.asdict(pm) == {"replicas": [0, 1], "leader": 0, "isr": [0, 1], "leader_epoch": 0,
-                                      "epochs": [[0, 0]]}
+                                      "epochs": [[0, 0]], "move": None}
     meta = RecordMetadata("t", 1, 2, 3)
     assert dataclasses.replace(meta, offset=7) == RecordMetadata("t", 1, 7, 3)
     assert dataclasses.astuple(LogConfig())[0] == LogConfig().segment_bytes
