@@ -288,7 +288,7 @@ def test_a_server_killed_mid_move_keeps_every_record(data_dir, two_dirs, delay_s
         values = [r.value for r in store.consumer("t", partitions=[0])]
         assert len(values) == 3000 and all(v == bytes([i % 256]) * 10_000 for i, v in enumerate(values))
         assert not [p for p in store.verify("t") if p["problems"]]
-    # (a move cut short is settled by the next write, this produce: tests/server/test_serve_move_pending.py checks the replicas)
+    # (a move cut short is settled by the next write, this produce: test_serve_move_pending.py checks it)
     from tests.serve_helpers import RawClient, batch, produce
 
     with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
