@@ -42,6 +42,13 @@ PREPARE_STALE_MS = 5_000  # a Prepare* document not completed for this long is c
 # LMDB's one writer 15 ms each (every client's commits wait for it), and 10,000 ids of such
 # documents would fill LMDB. Exactly-once applications send one group's offsets per transaction.
 TXN_GROUPS_MAX = 50
+# The highest producer id a transactional id was given, kept in the transactions db (not a valid
+# transactional id): ids come from the clock and a per-process counter (klog.broker.producer_ids),
+# so two processes of one store (klog serve, the library, `klog produce`) could hand the same id to
+# two transactional ids in one millisecond; then one's marker ended the other's transaction in a
+# partition both wrote, its ABORT was never written, and read_committed readers saw its aborted
+# records. Taken in the same LMDB write as the id's document, the next one is always above it.
+PRODUCER_ID_FLOOR_KEY = "\0last-producer-id"
 
 
 def now_ms() -> int:
@@ -83,8 +90,9 @@ class TxnCoordinator:
         aborting an older incarnation's transaction (the client retries)."""
         tx.validate_transactional_id(tid)
         now = self.clock()
-        saved = self.meta.apply(tid, lambda meta, _txn: tx.init_producer(
-            meta, tid, timeout_ms, expected, now, self.new_pid, self.max_timeout_ms, self.coordinator_epoch))
+        saved = self.meta.apply(tid, lambda meta, txn: tx.init_producer(
+            meta, tid, timeout_ms, expected, now, lambda: self._unique_pid(txn), self.max_timeout_ms,
+            self.coordinator_epoch))
         assert saved is not None
         if saved.state == tx.PREPARE_ABORT:  # the previous incarnation's transaction, fenced
             self._finish(saved)
@@ -224,6 +232,18 @@ class TxnCoordinator:
         return done
 
     # -- internals -------------------------------------------------------------------------------------
+    def _unique_pid(self, txn: object) -> int:
+        """A producer id no other transactional id of the store was given, in the LMDB write `txn`
+        (LMDB has one writer at a time, across processes): new_pid()'s, or one above the highest
+        given (the same millisecond in another process, or a clock set back)."""
+        db, name = self.meta.db, self.meta.DB
+        last = db.get_json(txn, name, PRODUCER_ID_FLOOR_KEY)
+        pid = self.new_pid()
+        if isinstance(last, int) and pid <= last:
+            pid = last + 1
+        db.put_json(txn, name, PRODUCER_ID_FLOOR_KEY, pid)
+        return pid
+
     def _change(self, tid: str, change: Callable[[TxnMetadata | None], bool]) -> TxnMetadata | None:
         """Apply `change` (True: it altered the document) in one LMDB write; unchanged documents are
         not rewritten."""
