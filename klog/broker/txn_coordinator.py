@@ -159,13 +159,22 @@ class TxnCoordinator:
                                        f"transaction ({meta.state})")
 
     # -- admin and timers ----------------------------------------------------------------------------
-    def abort(self, tid: str) -> bool:
+    def abort(self, tid: str, *, expired: TxnMetadata | None = None) -> bool:
         """Abort the ongoing transaction of `tid` (fencing its producer), as the timeout does; False
-        if it has none."""
+        if it has none. `expired`: the timer's snapshot of the id, whose transaction was past its
+        timeout: aborted only if it is still that transaction (the same producer id, epoch and
+        start), and still past its timeout. A timer pass reads every id first and then aborts one
+        after another, so its snapshot may be seconds old: the producer may have committed the
+        expired transaction and begun a new one meanwhile, which was aborted (and the producer
+        fenced) within its own timeout."""
         now = self.clock()
 
         def change(meta: TxnMetadata | None, _txn: object) -> TxnMetadata | None:
             if meta is None or meta.state != tx.ONGOING:
+                return meta
+            if expired is not None and (
+                    (meta.producer_id, meta.producer_epoch, meta.start_ms)
+                    != (expired.producer_id, expired.producer_epoch, expired.start_ms) or not meta.expired(now)):
                 return meta
             tx.fence_and_abort(meta, now, self.coordinator_epoch)
             return meta
@@ -183,7 +192,7 @@ class TxnCoordinator:
         now = self.clock()
         for meta in self.meta.all():
             try:
-                if meta.expired(now) and self.abort(meta.transactional_id):
+                if meta.expired(now) and self.abort(meta.transactional_id, expired=meta):
                     done.append(f"transactional id '{meta.transactional_id}': aborted after "
                                 f"transaction.timeout.ms={meta.timeout_ms} (producer epoch fenced)")
                 elif meta.state in tx.PREPARING and now - meta.update_ms >= PREPARE_STALE_MS:

@@ -20,16 +20,15 @@ def test_two_processes_in_one_millisecond_give_two_transactional_ids_different_p
     each other's transactions: the ABORT of one was never written and read_committed readers saw
     its aborted records. Each transactional id now gets its own id, whatever the clock says."""
     store.create_topic("t", 1)
-    frozen = 1_800_000_000.123
-    monkeypatch.setattr("time.time", lambda: frozen)
-    a = store.producer(transactional_id="proc-a")
-    # a second process: its own counter, starting at 0, in the same millisecond
-    monkeypatch.setattr(producer_ids, "_counter", itertools.count())
-    monkeypatch.setattr(producer_ids, "_last_ms", 0)
-    b = store.producer(transactional_id="proc-b")
-    b.close()
-    b = store.producer(transactional_id="proc-b")  # its next incarnation (epoch 1)
-    monkeypatch.undo()
+    with monkeypatch.context() as m:
+        m.setattr("time.time", lambda: 1_800_000_000.123)
+        a = store.producer(transactional_id="proc-a")
+        # a second process: its own counter, starting at 0, in the same millisecond
+        m.setattr(producer_ids, "_counter", itertools.count())
+        m.setattr(producer_ids, "_last_ms", 0)
+        b = store.producer(transactional_id="proc-b")
+        b.close()
+        b = store.producer(transactional_id="proc-b")  # its next incarnation (epoch 1)
     assert a.producer_id != b.producer_id
     a.begin()
     b.begin()
@@ -55,3 +54,33 @@ def test_producer_ids_of_new_transactional_ids_only_grow_when_the_clock_is_set_b
         second = store.producer(transactional_id="after")
         second.close()
     assert second.producer_id > first.producer_id
+
+
+def test_a_timer_pass_never_aborts_the_transaction_begun_after_the_expired_one(data_dir, monkeypatch):
+    """A timer pass reads every id, then aborts the expired ones one after another: its look at an
+    id may be seconds old. A producer that committed its expired transaction meanwhile and began
+    the next was aborted and fenced within that one's timeout; now only the expired transaction is."""
+    from klog.broker.batches import RawAppender
+    from klog.broker.txn_coordinator import TxnCoordinator
+
+    with klog.open(data_dir) as store:
+        store.create_topic("t", 1)
+        now = [1_800_000_000_000]
+        coord = TxnCoordinator(store, RawAppender(store), clock=lambda: now[0])
+        ids = coord.init_producer_id("slow", 1000)
+        pid, epoch = ids.producer_id, ids.epoch
+        coord.add_partitions("slow", pid, epoch, [("t", 0)])
+        now[0] += 2000  # past its timeout
+        snapshot = list(coord.meta.all())  # what the pass read before it came to this id
+        coord.end_txn("slow", pid, epoch, True)  # the producer's commit got in first
+        coord.add_partitions("slow", pid, epoch, [("t", 0)])  # and its next transaction began
+        with monkeypatch.context() as m:
+            m.setattr(coord.meta, "all", lambda: iter(snapshot))
+            assert coord.tick() == []
+        coord.end_txn("slow", pid, epoch, True)  # not fenced: its transaction commits
+        assert coord.meta.get("slow").state == "CompleteCommit"
+        # the one past its timeout still is aborted
+        coord.add_partitions("slow", pid, epoch, [("t", 0)])
+        now[0] += 2000
+        assert len(coord.tick()) == 1
+        assert coord.meta.get("slow").producer_epoch == epoch + 1
