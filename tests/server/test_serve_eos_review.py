@@ -42,3 +42,43 @@ def test_list_offsets_by_time_names_no_offset_past_the_last_stable_offset_to_rea
     producer.commit()
     producer.close()
     assert _offset_for_time(kafka_server.bootstrap, "lot", asked, "read_committed") == 1
+
+
+def test_offset_fetch_require_stable_never_answers_offsets_from_before_a_commit_completing_meanwhile(
+        kafka_server, monkeypatch):
+    """A consumer taking partitions over asks for the group's offsets with require_stable
+    (read_committed): while a transaction has offsets staged it is told to wait, after it the
+    offsets committed with it. A commit completing between the server's two reads (the committed
+    offsets, then the staged ones) was neither: the offsets from before it came back as stable, and
+    the consumer read again the input whose output had committed (twice the output)."""
+    from klog.meta.groups import GroupsMeta
+
+    store = kafka_server.store
+    store.create_topic("src")
+    producer = store.producer(transactional_id="rs-etl")
+    with producer.transaction():
+        producer.send("rs-out", b"first")
+        producer.send_offsets("rs-group", {("src", 0): 5})
+    producer.begin()
+    producer.send("rs-out", b"second")
+    producer.send_offsets("rs-group", {("src", 0): 9})  # staged: committed with "second"
+    read = GroupsMeta.committed
+    completed = []
+
+    def committed_then_the_commit_completes(self, group):  # noqa: ANN001, ANN202
+        found = read(self, group)
+        if group == "rs-group" and not completed:
+            producer.commit()  # lands right after the server read the committed offsets
+            completed.append(True)
+        return found
+
+    monkeypatch.setattr(GroupsMeta, "committed", committed_then_the_commit_completes)
+    consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "rs-group",
+                            "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        found = consumer.committed([ck.TopicPartition("src", 0)], timeout=10)
+    finally:
+        consumer.close()
+        producer.close()
+    assert completed
+    assert found[0].offset == 9
