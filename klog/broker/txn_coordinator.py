@@ -110,7 +110,12 @@ class TxnCoordinator:
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn; past TXN_GROUPS_MAX groups, TxnStateError(UNKNOWN_SERVER_ERROR): what
         Kafka answers for a transaction whose state outgrows its log's message size (the
-        transaction is abortable, nothing is added)."""
+        transaction is abortable, nothing is added). An empty group id, or one holding '\0', is a
+        UsageError: its offsets, committed, made an LMDB key read with another group's offsets ('\0'
+        splits them: "g\0x" in group g's range), and every read of that group's offsets failed.
+        (`klog serve` refuses every id outside klog's rule, INVALID_GROUP_ID; the library takes
+        longer ones, as the Spark sink's group named after a long transactional id.)"""
+        _check_group(group)
         now = self.clock()
 
         def change(meta: TxnMetadata | None) -> bool:
@@ -124,6 +129,7 @@ class TxnCoordinator:
 
     def txn_offset_commit(self, tid: str, producer_id: int, epoch: int, group: str,
                           offsets: dict[TP, tuple[int, str]]) -> None:
+        _check_group(group)  # (as add_offsets)
         now = self.clock()
         self._change(tid, lambda meta: tx.stage_offsets(meta, producer_id, epoch, group, offsets, now) or True)
 
@@ -315,6 +321,13 @@ class TxnCoordinator:
 class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transaction (aborts it: nothing to write)
     def __init__(self, meta: TxnMetadata | None) -> None:
         self.meta = meta
+
+
+def _check_group(group: str) -> None:
+    if not group or "\0" in group:
+        from klog.errors import UsageError
+
+        raise UsageError(f"invalid group id {group!r}: it must be non-empty and hold no NUL character")
 
 
 def _setting(store: BrokerStore, name: str, default: int) -> int:

@@ -84,3 +84,26 @@ def test_a_timer_pass_never_aborts_the_transaction_begun_after_the_expired_one(d
         now[0] += 2000
         assert len(coord.tick()) == 1
         assert coord.meta.get("slow").producer_epoch == epoch + 1
+
+
+def test_send_offsets_refuses_a_group_id_that_would_break_another_groups_offsets(store):
+    """The library's send_offsets took any group name: one holding '\\0' ("bad\\0x") committed an
+    LMDB key read as group "bad"'s, and every read of "bad"'s offsets (klog groups, OffsetFetch)
+    then failed with a traceback. It is refused now (UsageError, nothing staged), as the server
+    refuses it (INVALID_GROUP_ID), and the transaction still commits; a long one still works (the
+    Spark sink names its group after the transactional id)."""
+    import pytest
+
+    from klog.errors import UsageError
+    from klog.meta.groups import GroupsMeta
+
+    store.create_topic("in", 1)
+    with store.producer(transactional_id="x") as producer, producer.transaction():
+        producer.send("out", b"v")
+        for bad in ("bad\0x", ""):
+            with pytest.raises(UsageError, match="invalid group id"):
+                producer.send_offsets(bad, {("in", 0): 3})
+        producer.send_offsets("bad", {("in", 0): 2})
+        producer.send_offsets("g" * 300, {("in", 0): 5})
+    assert {tp: c.offset for tp, c in GroupsMeta(store.meta).committed("bad").items()} == {("in", 0): 2}
+    assert {tp: c.offset for tp, c in GroupsMeta(store.meta).committed("g" * 300).items()} == {("in", 0): 5}

@@ -82,3 +82,25 @@ def test_offset_fetch_require_stable_never_answers_offsets_from_before_a_commit_
         producer.close()
     assert completed
     assert found[0].offset == 9
+
+
+def test_add_offsets_to_txn_refuses_a_group_id_no_offset_can_be_committed_to(kafka_server):
+    """AddOffsetsToTxn took any group id into the transaction's state: one of a megabyte (a request
+    may be 100 MB) was kept in the transactional id's LMDB document, rewritten at every request of
+    the transaction and parsed at every timer pass, for a group TxnOffsetCommit then refuses
+    (INVALID_GROUP_ID). Now AddOffsetsToTxn refuses it the same way and adds nothing."""
+    from klog.meta.transactions import TransactionsMeta
+    from klog.protocol.kafka import E
+    from tests.serve_helpers import RawClient
+    from tests.server.test_serve_transactions import _end, _init
+
+    with RawClient(kafka_server.port) as c:
+        r = _init(c, "big-group")
+        pid, epoch = int(r.producer_id), int(r.producer_epoch)
+        for group in ("g" * 1_000_000, "tab\tin-name"):
+            assert c.send(25, 3, transactional_id="big-group", producer_id=pid, producer_epoch=epoch,
+                          group_id=group).error_code == E.invalid_group_id
+        assert c.send(25, 3, transactional_id="big-group", producer_id=pid, producer_epoch=epoch,
+                      group_id="fine").error_code == E.none
+        assert TransactionsMeta(kafka_server.store.meta).get("big-group").groups == ["fine"]
+        assert _end(c, "big-group", pid, epoch, True) == E.none
