@@ -279,10 +279,19 @@ class TxnCoordinator:
         commit = meta.state == tx.PREPARE_COMMIT
         kind = COMMIT if commit else ABORT
         tid, pid, epoch = meta.transactional_id, meta.producer_id, meta.producer_epoch
+        # which transaction: a Prepare* document keeps the time it was decided (update_ms) until it is
+        # completed. Without it, a timer pass's seconds-old look at a stale PrepareCommit, completed
+        # meanwhile by another, took the producer's next transaction (same id, epoch and state) for it:
+        # it marked the old partitions, completed the new transaction's document, and the new one's
+        # own completion then found it no longer wanted: its other partitions never got their
+        # markers (open for good, read_committed readers held there, its records never seen)
+        which = (meta.state, pid, epoch, meta.update_ms)
+
+        def same(doc: TxnMetadata | None) -> bool:
+            return doc is not None and (doc.state, doc.producer_id, doc.producer_epoch, doc.update_ms) == which
 
         def still_wanted() -> bool:
-            now = self.meta.get(tid)
-            return now is not None and (now.state, now.producer_id, now.producer_epoch) == (meta.state, pid, epoch)
+            return same(self.meta.get(tid))
 
         failed: Exception | None = None
         for topic, partition in meta.tps():
@@ -302,8 +311,7 @@ class TxnCoordinator:
         now = self.clock()
 
         def change(current: TxnMetadata | None, txn: object) -> TxnMetadata | None:
-            if current is None or (current.state, current.producer_id, current.producer_epoch) != (
-                    meta.state, pid, epoch):
+            if not same(current):
                 raise _Unchanged(current)  # completed by someone else meanwhile
             if commit:
                 for group, staged in current.offsets.items():

@@ -107,3 +107,51 @@ def test_send_offsets_refuses_a_group_id_that_would_break_another_groups_offsets
         producer.send_offsets("g" * 300, {("in", 0): 5})
     assert {tp: c.offset for tp, c in GroupsMeta(store.meta).committed("bad").items()} == {("in", 0): 2}
     assert {tp: c.offset for tp, c in GroupsMeta(store.meta).committed("g" * 300).items()} == {("in", 0): 5}
+
+
+def test_a_timer_pass_completing_a_stale_commit_never_completes_the_next_transaction(data_dir, monkeypatch):
+    """A commit stuck in PrepareCommit for PREPARE_STALE_MS is completed by the timer from its look
+    at every id, which may be seconds old. When another had completed that commit meanwhile and the
+    producer's next transaction (same id, epoch and state, other partitions) was being committed,
+    the timer took it for the stale one: it completed its document, and the next transaction's own
+    completion, no longer wanted, left the partitions the stale one had not touched without their
+    marker: open for good, its committed records never seen by read_committed readers."""
+    from klog.broker.batches import RawAppender
+    from klog.broker.txn_coordinator import TxnCoordinator
+    from klog.meta import transactions as tx
+
+    with klog.open(data_dir) as store:
+        store.create_topic("a", 1)
+        store.create_topic("b", 1)
+        clock = [1_800_000_000_000]
+        producer = store.producer(transactional_id="big")
+        coord = producer.coordinator
+        monkeypatch.setattr(coord, "clock", lambda: clock[0])
+        pid, epoch = producer.producer_id, producer.epoch
+
+        def prepare_commit() -> tx.TxnMetadata:  # EndTxn's first step: the outcome decided, durable
+            return coord._change("big", lambda m: tx.end_transaction(m, pid, epoch, True, clock[0]))
+
+        producer.begin()
+        producer.send("a", b"first")
+        producer.flush()
+        stuck = prepare_commit()  # and its committer stalls before the markers
+        clock[0] += 10_000  # stale
+        timer = TxnCoordinator(store, RawAppender(store), clock=lambda: clock[0])
+        look = list(timer.meta.all())  # the timer pass reads every id ...
+        coord._finish(stuck)  # ... the stalled committer completes it meanwhile ...
+        producer._in_transaction = False
+        producer.begin()  # ... and the producer commits its next transaction, in another partition
+        producer.send("b", b"second")
+        producer.flush()
+        clock[0] += 1
+        deciding = prepare_commit()
+        with monkeypatch.context() as m:
+            m.setattr(timer.meta, "all", lambda: iter(look))
+            timer.tick()  # ... when the pass comes to the id
+        coord._finish(deciding)  # the next transaction's own markers and completion
+        producer._in_transaction = False
+        producer.close()
+        assert coord.meta.get("big").state == "CompleteCommit"
+        assert [r.value for r in store.consumer("b", isolation_level="read_committed")] == [b"second"]
+        assert [r.value for r in store.consumer("a", isolation_level="read_committed")] == [b"first"]
