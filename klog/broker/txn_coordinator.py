@@ -42,6 +42,13 @@ PREPARE_STALE_MS = 5_000  # a Prepare* document not completed for this long is c
 # LMDB's one writer 15 ms each (every client's commits wait for it), and 10,000 ids of such
 # documents would fill LMDB. Exactly-once applications send one group's offsets per transaction.
 TXN_GROUPS_MAX = 50
+# The highest producer id a transactional id was given, kept in the transactions db (not a valid
+# transactional id): ids come from the clock and a per-process counter (klog.broker.producer_ids),
+# so two processes of one store (klog serve, the library, `klog produce`) could hand the same id to
+# two transactional ids in one millisecond; then one's marker ended the other's transaction in a
+# partition both wrote, its ABORT was never written, and read_committed readers saw its aborted
+# records. Taken in the same LMDB write as the id's document, the next one is always above it.
+PRODUCER_ID_FLOOR_KEY = "\0last-producer-id"
 
 
 def now_ms() -> int:
@@ -83,8 +90,9 @@ class TxnCoordinator:
         aborting an older incarnation's transaction (the client retries)."""
         tx.validate_transactional_id(tid)
         now = self.clock()
-        saved = self.meta.apply(tid, lambda meta, _txn: tx.init_producer(
-            meta, tid, timeout_ms, expected, now, self.new_pid, self.max_timeout_ms, self.coordinator_epoch))
+        saved = self.meta.apply(tid, lambda meta, txn: tx.init_producer(
+            meta, tid, timeout_ms, expected, now, lambda: self._unique_pid(txn), self.max_timeout_ms,
+            self.coordinator_epoch))
         assert saved is not None
         if saved.state == tx.PREPARE_ABORT:  # the previous incarnation's transaction, fenced
             self._finish(saved)
@@ -102,7 +110,12 @@ class TxnCoordinator:
     def add_offsets(self, tid: str, producer_id: int, epoch: int, group: str) -> None:
         """AddOffsetsToTxn; past TXN_GROUPS_MAX groups, TxnStateError(UNKNOWN_SERVER_ERROR): what
         Kafka answers for a transaction whose state outgrows its log's message size (the
-        transaction is abortable, nothing is added)."""
+        transaction is abortable, nothing is added). An empty group id, or one holding '\0', is a
+        UsageError: its offsets, committed, made an LMDB key read with another group's offsets ('\0'
+        splits them: "g\0x" in group g's range), and every read of that group's offsets failed.
+        (`klog serve` refuses every id outside klog's rule, INVALID_GROUP_ID; the library takes
+        longer ones, as the Spark sink's group named after a long transactional id.)"""
+        _check_group(group)
         now = self.clock()
 
         def change(meta: TxnMetadata | None) -> bool:
@@ -116,6 +129,7 @@ class TxnCoordinator:
 
     def txn_offset_commit(self, tid: str, producer_id: int, epoch: int, group: str,
                           offsets: dict[TP, tuple[int, str]]) -> None:
+        _check_group(group)  # (as add_offsets)
         now = self.clock()
         self._change(tid, lambda meta: tx.stage_offsets(meta, producer_id, epoch, group, offsets, now) or True)
 
@@ -151,13 +165,22 @@ class TxnCoordinator:
                                        f"transaction ({meta.state})")
 
     # -- admin and timers ----------------------------------------------------------------------------
-    def abort(self, tid: str) -> bool:
+    def abort(self, tid: str, *, expired: TxnMetadata | None = None) -> bool:
         """Abort the ongoing transaction of `tid` (fencing its producer), as the timeout does; False
-        if it has none."""
+        if it has none. `expired`: the timer's snapshot of the id, whose transaction was past its
+        timeout: aborted only if it is still that transaction (the same producer id, epoch and
+        start), and still past its timeout. A timer pass reads every id first and then aborts one
+        after another, so its snapshot may be seconds old: the producer may have committed the
+        expired transaction and begun a new one meanwhile, which was aborted (and the producer
+        fenced) within its own timeout."""
         now = self.clock()
 
         def change(meta: TxnMetadata | None, _txn: object) -> TxnMetadata | None:
             if meta is None or meta.state != tx.ONGOING:
+                return meta
+            if expired is not None and (
+                    (meta.producer_id, meta.producer_epoch, meta.start_ms)
+                    != (expired.producer_id, expired.producer_epoch, expired.start_ms) or not meta.expired(now)):
                 return meta
             tx.fence_and_abort(meta, now, self.coordinator_epoch)
             return meta
@@ -175,7 +198,7 @@ class TxnCoordinator:
         now = self.clock()
         for meta in self.meta.all():
             try:
-                if meta.expired(now) and self.abort(meta.transactional_id):
+                if meta.expired(now) and self.abort(meta.transactional_id, expired=meta):
                     done.append(f"transactional id '{meta.transactional_id}': aborted after "
                                 f"transaction.timeout.ms={meta.timeout_ms} (producer epoch fenced)")
                 elif meta.state in tx.PREPARING and now - meta.update_ms >= PREPARE_STALE_MS:
@@ -224,6 +247,18 @@ class TxnCoordinator:
         return done
 
     # -- internals -------------------------------------------------------------------------------------
+    def _unique_pid(self, txn: object) -> int:
+        """A producer id no other transactional id of the store was given, in the LMDB write `txn`
+        (LMDB has one writer at a time, across processes): new_pid()'s, or one above the highest
+        given (the same millisecond in another process, or a clock set back)."""
+        db, name = self.meta.db, self.meta.DB
+        last = db.get_json(txn, name, PRODUCER_ID_FLOOR_KEY)
+        pid = self.new_pid()
+        if isinstance(last, int) and pid <= last:
+            pid = last + 1
+        db.put_json(txn, name, PRODUCER_ID_FLOOR_KEY, pid)
+        return pid
+
     def _change(self, tid: str, change: Callable[[TxnMetadata | None], bool]) -> TxnMetadata | None:
         """Apply `change` (True: it altered the document) in one LMDB write; unchanged documents are
         not rewritten."""
@@ -244,10 +279,19 @@ class TxnCoordinator:
         commit = meta.state == tx.PREPARE_COMMIT
         kind = COMMIT if commit else ABORT
         tid, pid, epoch = meta.transactional_id, meta.producer_id, meta.producer_epoch
+        # which transaction: a Prepare* document keeps the time it was decided (update_ms) until it is
+        # completed. Without it, a timer pass's seconds-old look at a stale PrepareCommit, completed
+        # meanwhile by another, took the producer's next transaction (same id, epoch and state) for it:
+        # it marked the old partitions, completed the new transaction's document, and the new one's
+        # own completion then found it no longer wanted: its other partitions never got their
+        # markers (open for good, read_committed readers held there, its records never seen)
+        which = (meta.state, pid, epoch, meta.update_ms)
+
+        def same(doc: TxnMetadata | None) -> bool:
+            return doc is not None and (doc.state, doc.producer_id, doc.producer_epoch, doc.update_ms) == which
 
         def still_wanted() -> bool:
-            now = self.meta.get(tid)
-            return now is not None and (now.state, now.producer_id, now.producer_epoch) == (meta.state, pid, epoch)
+            return same(self.meta.get(tid))
 
         failed: Exception | None = None
         for topic, partition in meta.tps():
@@ -267,8 +311,7 @@ class TxnCoordinator:
         now = self.clock()
 
         def change(current: TxnMetadata | None, txn: object) -> TxnMetadata | None:
-            if current is None or (current.state, current.producer_id, current.producer_epoch) != (
-                    meta.state, pid, epoch):
+            if not same(current):
                 raise _Unchanged(current)  # completed by someone else meanwhile
             if commit:
                 for group, staged in current.offsets.items():
@@ -286,6 +329,13 @@ class TxnCoordinator:
 class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transaction (aborts it: nothing to write)
     def __init__(self, meta: TxnMetadata | None) -> None:
         self.meta = meta
+
+
+def _check_group(group: str) -> None:
+    if not group or "\0" in group:
+        from klog.errors import UsageError
+
+        raise UsageError(f"invalid group id {group!r}: it must be non-empty and hold no NUL character")
 
 
 def _setting(store: BrokerStore, name: str, default: int) -> int:

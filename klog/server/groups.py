@@ -293,16 +293,20 @@ def _fetch_group(ctx: RequestContext, coord: GroupCoordinator | None, group_id: 
         return E.coordinator_not_available, ()
     if not _valid_group(group_id):
         return E.invalid_group_id, ()
+    # the staged offsets first, then the committed ones: the other way round, a transaction that
+    # completed between the two reads was neither (its offsets read from before it, none pending),
+    # and a consumer taking the partitions over resumed before the offsets it committed with its
+    # output, reading that output's input again (twice the output for read_committed readers)
+    unstable: set[tuple[str, int]] = set()
     try:
+        if require_stable:
+            from klog.meta.transactions import TransactionsMeta
+
+            unstable = TransactionsMeta(ctx.store.meta).pending_offsets(group_id)
         committed = coord.meta.committed(group_id)
     except (KlogError, OSError) as e:
         ctx.log.warning("OffsetFetch of group '%s' failed: %s", group_id, e)
         return E.coordinator_not_available, ()
-    unstable: set[tuple[str, int]] = set()
-    if require_stable:
-        from klog.meta.transactions import TransactionsMeta
-
-        unstable = TransactionsMeta(ctx.store.meta).pending_offsets(group_id)
     if wanted is None:
         asked: dict[str, list[int]] = {}
         for topic, p in sorted(committed):

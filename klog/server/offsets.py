@@ -39,11 +39,13 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
             return E.none, -1, -1, epoch
         if timestamp == MAX_TIMESTAMP:
             ts, offset = max_timestamp_offset(part)
+            if offset >= 0 and offset >= _fetchable_end(part, committed):
+                return E.none, -1, -1, epoch
             return E.none, ts, offset, epoch
         if timestamp < 0:
             return E.invalid_request, -1, -1, -1
         found = part.offset_for_timestamp(timestamp)
-        if found is None:
+        if found is None or found >= _fetchable_end(part, committed):
             return E.none, -1, -1, epoch
         return E.none, timestamp, max(found, part.log_start_offset()), epoch
     except (UnknownTopicError, UnknownPartitionError):
@@ -54,6 +56,14 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
     except (KlogError, OSError) as e:
         ctx.log.warning("list offsets %s-%d: %s", topic, index, e)
         return E.kafka_storage_error, -1, -1, -1
+
+
+def _fetchable_end(part: Any, committed: bool) -> int:
+    """The end of what the client may fetch (Kafka's lastFetchableOffset): a read_committed client's
+    last stable offset, else the high watermark. A lookup by time that finds an offset at or past it
+    answers no offset (-1), as Kafka 3.9 does: a read_committed client was told the offset of a
+    record of a transaction still open, which may yet abort."""
+    return last_stable_offset(part) if committed else part.high_watermark()
 
 
 def _list(ctx: RequestContext, request: Any, mod: Any) -> Any:

@@ -315,6 +315,11 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         error = E.transactional_id_authorization_failed
     elif not ctx.authorize("READ", "GROUP", group):
         error = E.group_authorization_failed
+    elif not valid_group_id(group):
+        # as TxnOffsetCommit answers for it (1-255 printable characters): a group no offset can be
+        # committed to, and a name of megabytes kept in the id's document, rewritten at every
+        # request of the transaction (LMDB's one writer held) and parsed at every timer pass
+        error = E.invalid_group_id
     else:
         error, _ = await _call(ctx, coord.add_offsets, tid, int(request.producer_id), int(request.producer_epoch),
                                group, fenced_from=2)
