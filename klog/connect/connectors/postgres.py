@@ -239,10 +239,25 @@ class PostgresTask(SourceTask):
         self.resume_counts = self.stored.get("transaction_counts")  # provide.transaction.metadata's
 
     def _publication(self) -> None:
+        """The publication, created if missing as publication.autocreate.mode says. With `filtered`, an
+        existing one is set to the tables the filters keep now, as Debezium's initPublication does at each
+        start (ALTER PUBLICATION ... SET TABLE): a table added to table.include.list is then streamed; one
+        created FOR ALL TABLES cannot be altered so, and fails the task as Debezium's."""
         name, mode = self.c["publication.name"], self.c["publication.autocreate.mode"]
         with self.conn.cursor() as q:
-            q.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
-            if q.fetchone() is not None:
+            q.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", (name,))
+            found = q.fetchone()
+            if found is not None:
+                if mode != "filtered":
+                    return
+                if found[0]:
+                    raise ConnectError(f"publication '{name}' is FOR ALL TABLES and cannot be altered to the tables "
+                                       "of publication.autocreate.mode=filtered: drop it (the connector creates it "
+                                       "again) or set publication.autocreate.mode=all_tables")
+                tables = [f"{_ident(s)}.{_ident(t)}" for s, t in self._tables()]
+                if not tables:
+                    raise ConnectError("publication.autocreate.mode=filtered and table.include.list matches no table")
+                q.execute(f"ALTER PUBLICATION {_ident(name)} SET TABLE {', '.join(tables)}")
                 return
             if mode == "disabled":
                 raise ConnectError(f"publication '{name}' does not exist and publication.autocreate.mode=disabled")
