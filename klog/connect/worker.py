@@ -650,10 +650,12 @@ class SinkRunner(TaskRunner):
                                    admin=self.admin()) if dlq_topic else None
         self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
         self.handler.stopping = self.stopping
-        topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])
-        admin = self.admin()
-        for t in topics:
-            storage.ensure_topic(admin, t, 1, compacted=False) if not admin.has_topic(t) else None
+        pattern = config["topics.regex"]
+        topics = config["topics"]
+        if topics:
+            admin = self.admin()
+            for t in topics:
+                storage.ensure_topic(admin, t, 1, compacted=False) if not admin.has_topic(t) else None
         self.consumed: dict[TP, int] = {}
         self.failed = False
         self.skip_below: dict[TP, int] = {}
@@ -667,30 +669,76 @@ class SinkRunner(TaskRunner):
         task.initialize(self.context)
         task.start(self.props)
         group = self.consumer_config(GroupConfig)
-        self.consumer = store.group_consumer(f"connect-{name}", *topics, config=group,
-                                             on_assign=self.assigned, on_revoke=self.revoked)
         self.set_state("RUNNING")
-        last_commit = time.monotonic()
+        try:
+            if pattern:
+                # topics.regex is a pattern subscription, as Kafka's consumer has it: a task starts with no
+                # topic matching yet (a CDC source still taking its snapshot) and takes each new match when
+                # it looks again (every metadata.max.age.ms), as Kafka's consumer does at a metadata refresh
+                topics = self.matching(pattern, [])
+            while topics is not None and not self.stop_event.is_set():
+                topics = self.consume(name, group, topics, pattern)
+        finally:
+            task.stop()
+            if self.dlq is not None:
+                self.dlq.close()
+
+    def consume(self, name: str, group: Any, topics: list[str], pattern: str) -> list[str] | None:
+        """Read `topics` as the group until stopped (None), or, with topics.regex, until more topics match
+        (then the new list: offsets committed, partitions closed, the group joined again with them)."""
+        self.consumer = self.worker.store.group_consumer(f"connect-{name}", *topics, config=group,
+                                                         on_assign=self.assigned, on_revoke=self.revoked)
+        last_commit = last_look = time.monotonic()
+        more = None
         try:
             for batch in self.consumer.batches(timeout_ms=100):
                 self.wait_if_paused()
                 if self.stop_event.is_set():
                     break  # this batch is not processed: its offsets stay uncommitted
                 self.process(batch)
-                if time.monotonic() - last_commit >= self.flush_interval_s:
+                now = time.monotonic()
+                if now - last_commit >= self.flush_interval_s:
                     self.commit()
-                    last_commit = time.monotonic()
+                    last_commit = now
+                if pattern and now - last_look >= self.metadata_max_age_s:
+                    last_look = now
+                    found = self.matching(pattern, topics, wait=False)
+                    if found is not None and set(found) - set(topics):
+                        more = sorted(set(found) | set(topics))
+                        break
             self.commit()
         except BaseException:
             self.failed = True  # a revoke on the way out must not commit what the task may not hold
             raise
         finally:
+            self.consumer.close()  # revokes: the task closes its partitions
+        return more
+
+    def matching(self, pattern: str, known: list[str], wait: bool = True) -> list[str] | None:
+        """The topics topics.regex matches; with `wait`, looked for again until one does (None once the task
+        is stopped meanwhile), else None when none does."""
+        from klog.errors import UnknownTopicError
+
+        while not self.stop_event.is_set():
             try:
-                self.consumer.close()  # revokes: the task closes its partitions
-            finally:
-                task.stop()
-                if self.dlq is not None:
-                    self.dlq.close()
+                return self.worker.store.resolve_topics(pattern=pattern)
+            except UnknownTopicError:
+                if not wait:
+                    return None
+            self.stop_event.wait(min(self.metadata_max_age_s, 0.5))
+        return None
+
+    @property
+    def metadata_max_age_s(self) -> float:
+        """How often topics.regex is matched again: the consumer's metadata.max.age.ms (the worker's
+        consumer.*, the connector's consumer.override.*), 5 s by default (Kafka's consumer: 5 min)."""
+        from klog.connect.config import with_prefix
+
+        props = {**with_prefix(self.worker.props, "consumer."), **with_prefix(self.v.props, "consumer.override.")}
+        try:
+            return max(0.05, int(props.get("metadata.max.age.ms", 5000)) / 1000)
+        except ValueError:
+            return 5.0
 
     def report_errant(self, record: ConnectRecord, error: BaseException) -> None:
         """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once

@@ -49,3 +49,39 @@ def test_filtered_mode_refuses_a_publication_for_all_tables_as_debezium(pg_db, d
         wait_for(lambda: w.describe_status("pg")["tasks"][0]["state"] == "FAILED", what="the task failing")
         trace = w.describe_status("pg")["tasks"][0]["trace"]
     assert "FOR ALL TABLES" in trace and "publication.autocreate.mode=all_tables" in trace
+
+
+def _produce(data_dir: str, topic: str, values: list[bytes]) -> None:
+    import klog
+
+    with klog.open(data_dir) as s:
+        s.create_topic(topic, partitions=1, exist_ok=True)
+        with s.producer() as p:
+            for v in values:
+                p.send(topic, v)
+
+
+def _lines(path) -> list[str]:  # noqa: ANN001 - a pathlib.Path
+    return sorted(path.read_text().splitlines()) if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_topics_regex_sink_waits_for_its_first_topic_and_takes_each_new_one(tmp_path, data_dir):
+    """topics.regex is Kafka's pattern subscription: a sink started beside a CDC source whose topics do not
+    exist yet runs, and a topic created later that matches (a table added upstream) is read too. klog's task
+    failed at start, `no topic matches pattern`, and never looked again for new topics."""
+    out = tmp_path / "out.txt"
+    sink = {"name": "sink", "connector.class": "FileStreamSink", "topics.regex": r"shop\.public\..*",
+            "file": str(out), "value.converter": "string", "consumer.override.metadata.max.age.ms": "200"}
+    with running(data_dir, sink) as w:
+        wait_for(lambda: w.describe_status("sink")["tasks"][0]["state"] == "RUNNING", what="the task running")
+        _produce(data_dir, "shop.public.a", [b"a1", b"a2"])
+        _produce(data_dir, "other", [b"x"])
+        wait_for(lambda: _lines(out) == ["a1", "a2"], what="the first topic's records")
+        _produce(data_dir, "shop.public.b", [b"b1"])
+        _produce(data_dir, "shop.public.a", [b"a3"])
+        wait_for(lambda: _lines(out) == ["a1", "a2", "a3", "b1"], what="the new topic's records")
+        assert w.describe_status("sink")["tasks"][0]["state"] == "RUNNING"
+    with running(data_dir, sink):  # committed: a restart reads nothing twice
+        _produce(data_dir, "shop.public.b", [b"b2"])
+        wait_for(lambda: _lines(out) == ["a1", "a2", "a3", "b1", "b2"], what="the record after the restart")
