@@ -190,26 +190,39 @@ class PostgresTask(SourceTask):
 
     def _connect(self) -> None:
         import psycopg2
+        import psycopg2.errors
         import psycopg2.extras
 
+        mode = self.c["snapshot.mode"]
+        self.initial_only = mode == "initial_only"
         try:
             self.conn = self._jdbc_connection()
             self.conn.autocommit = True
-            self.repl = psycopg2.connect(**self._dsn(),
-                                         connection_factory=psycopg2.extras.LogicalReplicationConnection)
+            # initial_only never streams: as Debezium's (a slot only when the snapshotter streams), neither a
+            # replication connection nor a slot, which would hold the server's WAL for no reader
+            self.repl = None if self.initial_only else psycopg2.connect(
+                **self._dsn(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.OperationalError as e:
             raise RetriableError(f"cannot connect to PostgreSQL: {str(e).strip()}") from None
-        self.cur = self.repl.cursor()
         self.dbname = self.c["database.dbname"]
+        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and
+                                                   not self.stored.get("last_snapshot_record"))
+        if self.initial_only:  # (nor a publication: Debezium's replication connection makes it)
+            with self.conn.cursor() as q:
+                q.execute("SELECT pg_current_wal_lsn()::text")
+                self.slot_lsn = pgoutput.parse_lsn(q.fetchone()[0])
+            self.lsn_safe = self.slot_lsn
+            self.last_commit_lsn, self.skip_commit, self.skip_events, self.resume_counts = None, 0, 0, None
+            if not snapshot_done:
+                self.snapshot_rows = self._snapshot(None)
+            return
+        self.cur = self.repl.cursor()
         self._publication()
         slot = self.c["slot.name"]
         with self.conn.cursor() as q:
             q.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s AND database = %s", (slot, self.dbname))
             row = q.fetchone()
-        mode = self.c["snapshot.mode"]
-        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and
-                                                   not self.stored.get("last_snapshot_record"))
         want_snapshot = mode == "always" or (mode in ("initial", "initial_only", "when_needed") and not snapshot_done) \
             or (mode == "when_needed" and row is None and bool(self.stored))
         if row is not None and want_snapshot:
@@ -222,10 +235,14 @@ class PostgresTask(SourceTask):
             self.context.warn(f"connector '{self.context.connector_name}': replication slot '{slot}' was missing and "
                               "is created again: changes made while it was gone are not captured "
                               "(snapshot.mode=when_needed snapshots again)")
-        self.initial_only = mode == "initial_only"
         if row is None:
-            self.cur.execute(f"CREATE_REPLICATION_SLOT {_ident(slot)} LOGICAL pgoutput"
-                             + (" EXPORT_SNAPSHOT" if want_snapshot else " NOEXPORT_SNAPSHOT"))
+            try:
+                self.cur.execute(f"CREATE_REPLICATION_SLOT {_ident(slot)} LOGICAL pgoutput"
+                                 + (" EXPORT_SNAPSHOT" if want_snapshot else " NOEXPORT_SNAPSHOT"))
+            except psycopg2.errors.DuplicateObject:  # (a slot of another database: slot names are the server's)
+                raise ConnectError(f"replication slot '{slot}' already exists for another database of this server; "
+                                   "when setting up multiple connectors for the same database host, please make sure "
+                                   "to use a distinct replication slot name for each (slot.name)") from None
             _, consistent_point, snapshot_name, _ = self.cur.fetchone()
             self.slot_lsn = pgoutput.parse_lsn(consistent_point)
             if want_snapshot:
@@ -482,13 +499,16 @@ class PostgresTask(SourceTask):
         return out
 
     # -- snapshot ---------------------------------------------------------------------------------
-    def _snapshot(self, snapshot_name: str) -> Iterator[ConnectRecord]:
+    def _snapshot(self, snapshot_name: str | None) -> Iterator[ConnectRecord]:
+        """The snapshot's records, read in the slot's exported snapshot (`snapshot_name`), or (initial_only,
+        no slot) in a transaction of its own."""
         snap = self._jdbc_connection()
         snap.set_session(isolation_level="REPEATABLE READ")  # not read-only: it takes a txId, as Debezium's
         _values_as_text(snap)
         try:
             with snap.cursor() as q:
-                q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+                if snapshot_name is not None:
+                    q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
                 # PostgresConnection.currentTransactionId: none on a standby (it cannot assign one)
                 q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
                           "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
