@@ -1106,12 +1106,14 @@ class Worker:
     def alter_offsets(self, name: str, body: Any) -> None:
         from klog.connect.offsets import alter_offsets
 
-        alter_offsets(self.store, self.offsets, name, self.validated(name).cls.kind, body)
+        v = self.validated(name)
+        alter_offsets(self.store, self.offsets, name, v.cls.kind, body, v)
 
     def reset_offsets(self, name: str) -> None:
         from klog.connect.offsets import reset_offsets
 
-        reset_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
+        v = self.validated(name)
+        reset_offsets(self.store, self.offsets, name, v.cls.kind, v)
 
     def describe_status(self, name: str) -> dict:
         v = self.validated(name)

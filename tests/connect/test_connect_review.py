@@ -126,3 +126,142 @@ def test_a_slot_name_another_database_uses_fails_with_debeziums_advice(pg_server
         assert "distinct replication slot name" in trace
     finally:
         pg_server.drop_database(other.dbname)
+
+
+def _after_and_types(record) -> tuple[dict, dict]:  # noqa: ANN001 - a klog Record
+    value = json.loads(record.value)
+    after = next(f for f in value["schema"]["fields"] if f["field"] == "after")
+    return value["payload"]["after"], {f["field"]: f.get("name") or f["type"] for f in after["fields"]}
+
+
+@pytest.mark.slow
+def test_a_change_streamed_after_an_alter_column_type_keeps_the_type_it_was_written_with(pg_db, data_dir):
+    """A connector that lags (stopped, or behind) streams changes written before an ALTER COLUMN ... TYPE:
+    pgoutput sends their relation with the types they had, and Debezium's decoder types them so. klog read
+    the types from the catalog as it is now: an int column's 1 made boolean came out `false`, a bytea made
+    text came out as the text `\\x616263`."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, n int, b bytea)")
+    pg_db.execute("INSERT INTO t VALUES (0, 0, 'z')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: _ids(data_dir, "shop.public.t") == [0], what="the snapshot")
+    pg_db.execute("INSERT INTO t VALUES (1, 1, 'abc')")  # while the connector is down
+    pg_db.execute("ALTER TABLE t ALTER COLUMN n TYPE boolean USING n::boolean, "
+                  "ALTER COLUMN b TYPE text USING encode(b, 'escape')")
+    pg_db.execute("INSERT INTO t VALUES (2, true, 'def')")
+    with running(data_dir, cdc(pg_db)):
+        wait_for(lambda: _ids(data_dir, "shop.public.t") == [0, 1, 2], what="the two inserts")
+    _, before_alter, after_alter = (_after_and_types(r) for r in records(data_dir, "shop.public.t"))
+    assert before_alter == ({"id": 1, "n": 1, "b": "YWJj"}, {"id": "int32", "n": "int32", "b": "bytes"})
+    assert after_alter == ({"id": 2, "n": True, "b": "def"}, {"id": "int32", "n": "boolean", "b": "string"})
+
+
+@pytest.mark.slow
+def test_slot_drop_on_stop_drops_the_slot_at_a_graceful_stop(pg_db, data_dir):
+    """slot.drop.on.stop=true (Debezium's tutorials' setting for throw-away setups): the slot goes at a graceful
+    stop. klog accepted the key without a warning and kept the slot, and with it the server's WAL."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO a VALUES (1)")
+    with running(data_dir, cdc(pg_db, **{"slot.drop.on.stop": "true"})):
+        wait_for(lambda: _ids(data_dir, "shop.public.a") == [1], what="the snapshot")
+        assert _slots(pg_db) == ["klog_review"]
+    assert _slots(pg_db) == []
+    with running(data_dir, cdc(pg_db)):  # without the key the slot stays, as before
+        wait_for(lambda: _slots(pg_db) == ["klog_review"], what="the slot")
+    assert _slots(pg_db) == ["klog_review"]
+
+
+def _terminate_connector_backends(db) -> int:  # noqa: ANN001 - tests.connect.pg_server.Database
+    """What a server restart or a failover does to the connector: each of its connections (the replication one
+    and the query one) ended by the server."""
+    return len(db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE application_name = 'klog-connect-pg' AND pid <> pg_backend_pid()"))
+
+
+@pytest.mark.slow
+def test_a_lost_connection_is_recovered_with_no_change_lost_or_repeated(pg_db, data_dir):
+    """The server ends the connector's connections (a restart, a failover, an administrator): Debezium's task
+    treats that as retriable and starts again after retriable.restart.connector.wait.ms. klog's task FAILED
+    for good (`klog connect run` then exits 1) and the changes stopped until someone restarted it."""
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO t VALUES (0)")
+    warnings: list[str] = []
+    expected = [0]
+    with running(data_dir, cdc(pg_db, **{"retriable.restart.connector.wait.ms": "200"}), warnings=warnings) as w:
+        wait_for(lambda: _ids(data_dir, "shop.public.t") == [0], what="the snapshot")
+        for round_ in range(3):
+            wait_for(lambda: _terminate_connector_backends(pg_db) == 2 or None, what="the connector's connections")
+            base = 1 + round_ * 100
+            pg_db.execute(f"INSERT INTO t SELECT generate_series({base}, {base + 49})")  # one transaction
+            for i in range(base + 50, base + 60):
+                pg_db.execute(f"INSERT INTO t VALUES ({i})")
+            expected += list(range(base, base + 60))
+            wait_for(lambda e=list(expected): _ids(data_dir, "shop.public.t") == e, what="the changes after it")
+        # lost in the middle of a big transaction's stream: the rest of it comes, nothing twice
+        pg_db.execute("INSERT INTO t SELECT generate_series(1000, 10999)")
+        expected += list(range(1000, 11000))
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) > len(expected) - 9000, what="part of it")
+        _terminate_connector_backends(pg_db)
+        wait_for(lambda: len(records(data_dir, "shop.public.t")) >= len(expected), timeout=60, what="the rest")
+        assert w.describe_status("pg")["tasks"][0]["state"] == "RUNNING"
+    assert _ids(data_dir, "shop.public.t") == expected  # each once, in commit order
+    assert sum("the connection to PostgreSQL was lost" in m for m in warnings) >= 4
+    assert sum("connected to PostgreSQL again" in m for m in warnings) >= 4
+
+
+@pytest.mark.slow
+def test_the_rest_apis_offsets_reset_and_rewind_reach_the_jdbc_sinks_own_offsets(tmp_path, data_dir):
+    """KIP-875 on Confluent's JDBC sink, whose offsets are the group's: DELETE /connectors/{name}/offsets then
+    resume writes every record again, a PATCH back to offset 3 the records from there. klog's JDBC sinks keep
+    their offsets in the database too, and those won at the next start: both requests answered 200 and
+    changed nothing."""
+    import sqlite3
+
+    import klog
+    from klog.connect.rest import RestServer
+    from klog.connect.worker import Worker
+    from tests.connect.test_connect_rest import call
+
+    key_schema = {"type": "struct", "fields": [{"field": "id", "type": "int32", "optional": False}], "optional": False}
+    with klog.open(data_dir) as s, s.producer() as p:
+        for i in range(5):
+            p.send("rows", json.dumps({"schema": key_schema, "payload": {"id": i}}).encode())
+    db = tmp_path / "out.db"
+
+
+    store = klog.open(data_dir)
+    worker = Worker(store, {"offset.flush.interval.ms": "200"})
+    server = RestServer(worker, "127.0.0.1", 0).start()
+    api = f"http://127.0.0.1:{server.port}"
+    try:
+        for name in ("confluent", "debezium"):
+            table = f"rows_{name}"
+            config = ({"connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector", "auto.create": "true"}
+                      if name == "confluent" else {"connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
+                                                   "schema.evolution": "basic"})
+            config.update({"topics": "rows", "connection.url": f"jdbc:sqlite:{db}", "table.name.format": table})
+            assert call(api, "POST", "/connectors", {"name": name, "config": config})[0] == 201
+
+            def rows(t: str = table) -> int:
+                with sqlite3.connect(db) as c:
+                    try:
+                        return c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                    except sqlite3.OperationalError:  # not created yet
+                        return -1
+
+            wait_for(lambda: rows() == 5, what="the rows")
+            assert call(api, "PUT", f"/connectors/{name}/stop")[0] == 202
+            assert call(api, "DELETE", f"/connectors/{name}/offsets")[0] == 200
+            assert call(api, "PUT", f"/connectors/{name}/resume")[0] == 202
+            wait_for(lambda: rows() == 10, what="every record written again")
+            assert call(api, "PUT", f"/connectors/{name}/stop")[0] == 202
+            tp = {"kafka_topic": "rows", "kafka_partition": 0}
+            assert call(api, "PATCH", f"/connectors/{name}/offsets",
+                        {"offsets": [{"partition": tp, "offset": {"kafka_offset": 3}}]})[0] == 200
+            assert call(api, "PUT", f"/connectors/{name}/resume")[0] == 202
+            wait_for(lambda: rows() == 12, what="the records from offset 3 written again")
+            wait_for(lambda n=name, tp=tp: call(api, "GET", f"/connectors/{n}/offsets")[1] == {
+                "offsets": [{"partition": tp, "offset": {"kafka_offset": 5}}]}, what="the offsets")
+    finally:
+        server.close()
+        worker.stop()
+        store.close()
