@@ -265,3 +265,23 @@ def test_the_rest_apis_offsets_reset_and_rewind_reach_the_jdbc_sinks_own_offsets
         server.close()
         worker.stop()
         store.close()
+
+
+@pytest.mark.slow
+def test_a_connector_paused_longer_than_wal_sender_timeout_streams_again_when_resumed(pg_db, data_dir):
+    """While paused the task reads nothing, so it answers none of the walsender's keepalives, and the server
+    ends the replication connection after wal_sender_timeout (60 s by default). klog's task then FAILED at
+    resume (`error with status PGRES_COPY_BOTH and no message from the libpq`); now it connects again."""
+    pg_db.execute(f'ALTER DATABASE "{pg_db.dbname}" SET wal_sender_timeout = \'500ms\'')
+    pg_db.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    pg_db.execute("INSERT INTO t VALUES (1)")
+    with running(data_dir, cdc(pg_db, **{"retriable.restart.connector.wait.ms": "100"})) as w:
+        wait_for(lambda: _ids(data_dir, "shop.public.t") == [1], what="the snapshot")
+        w.pause("pg")
+        wait_for(lambda: w.describe_status("pg")["tasks"][0]["state"] == "PAUSED", what="the task paused")
+        wait_for(lambda: not pg_db.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'klog_review' "
+                                           "AND active"), what="the server ending the replication connection")
+        pg_db.execute("INSERT INTO t VALUES (2)")
+        w.resume("pg")
+        wait_for(lambda: _ids(data_dir, "shop.public.t") == [1, 2], what="the change made while paused")
+        assert w.describe_status("pg")["tasks"][0]["state"] == "RUNNING"

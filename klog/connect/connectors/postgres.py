@@ -985,16 +985,19 @@ def _close(conn) -> None:  # noqa: ANN001 - a psycopg2 connection or None
 
 def _connection_lost(error: BaseException) -> bool:
     """A failure of the connection, not of what it was asked (Debezium's PostgresErrorHandler retries these):
-    psycopg2's closed connection, one the server or the network broke (no SQLSTATE), or SQLSTATE class 08
+    psycopg2's closed connection, one the server or the network broke (no SQLSTATE: a replication stream the
+    server ended after wal_sender_timeout without a reply, a paused connector's), or SQLSTATE class 08
     (connection exception) and 57P01-57P03 (the server shutting down, crashed, or not accepting yet)."""
     import psycopg2
 
     if isinstance(error, psycopg2.InterfaceError):
         return True
-    if not isinstance(error, psycopg2.OperationalError):
+    if not isinstance(error, psycopg2.DatabaseError):
         return False
     code = error.pgcode or ""
-    return not code or code.startswith("08") or code in ("57P01", "57P02", "57P03")
+    if not code:  # libpq's own: an OperationalError, or the bare DatabaseError a dead replication stream gives
+        return isinstance(error, psycopg2.OperationalError) or type(error) is psycopg2.DatabaseError
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03")
 
 
 def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
