@@ -155,6 +155,11 @@ def _pg_type(oid: int, typmod: int) -> Schema:
     return primitive("string")
 
 
+# Debezium's number of any scale (an unconstrained PostgreSQL numeric under decimal.handling.mode=precise, the
+# default): a struct {scale, value: the unscaled big-endian bytes}, written as its number in a NUMERIC column
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
 class Dialect:
     param = "?"
     types: dict[str, str] = {}
@@ -224,7 +229,7 @@ class Dialect:
 
     def sql_type(self, schema: Schema) -> str:
         name = schema.get("name")
-        if name == DECIMAL:
+        if name in (DECIMAL, VARIABLE_SCALE_DECIMAL):
             return "NUMERIC"
         if name in (DATE, TIME, TIMESTAMP):
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
@@ -303,6 +308,10 @@ class Dialect:
             return from_epoch_millis(value)
         if name == TIME and isinstance(value, int):
             return from_epoch_millis(value).time()
+        if name == VARIABLE_SCALE_DECIMAL and isinstance(value, dict):
+            from klog.connect.converters import decimal_from_bytes
+
+            return decimal_from_bytes(value["value"], value["scale"])
         if isinstance(value, dict | list):
             from klog.connect.converters import _json_default
 
@@ -497,7 +506,8 @@ class SqliteDialect(Dialect):
         return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId
 
     def sql_type(self, schema: Schema) -> str:
-        return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
+        return "NUMERIC" if schema.get("name") in (DECIMAL, VARIABLE_SCALE_DECIMAL) else \
+            self.types.get(schema.get("type", "string"), "TEXT")
 
     def table_problem(self, name: str) -> str | None:
         problem = super().table_problem(name)
