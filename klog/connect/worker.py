@@ -160,8 +160,20 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     ignored = sorted([k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
                       or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)
                           and not cls.known_key(k))]
-                     + chain.ignored + cls.unimplemented_in(props))
+                     + chain.ignored + cls.unimplemented_in(props) + _unused_consumer_keys(cls.kind, props))
     return Validated(props, cls, config, ignored)
+
+
+def _unused_consumer_keys(kind: str, props: dict[str, str]) -> list[str]:
+    """A sink's consumer.override.* keys its group consumer does not take (max.poll.records, a misspelt
+    key): named in the warning, not dropped silently; enable.auto.commit (the worker commits) and
+    metadata.max.age.ms (how often topics.regex is matched again) are read."""
+    if kind != "sink":
+        return []
+    from klog.client.group import GroupConfig
+
+    used = {*GroupConfig.PROPERTIES, "metadata.max.age.ms"}
+    return [k for k in props if k.startswith("consumer.override.") and k[len("consumer.override."):] not in used]
 
 
 # librdkafka settings that run a program or load a library in the worker's process (the admin client takes

@@ -285,3 +285,44 @@ def test_a_connector_paused_longer_than_wal_sender_timeout_streams_again_when_re
         w.resume("pg")
         wait_for(lambda: _ids(data_dir, "shop.public.t") == [1, 2], what="the change made while paused")
         assert w.describe_status("pg")["tasks"][0]["state"] == "RUNNING"
+
+
+@pytest.mark.slow
+def test_an_unconstrained_numeric_reaches_the_confluent_sink_as_its_number(pg_server, pg_db, data_dir):
+    """Debezium sends an unconstrained `numeric` (decimal.handling.mode=precise, its default) as a
+    VariableScaleDecimal struct {scale, value}. Confluent's sink refuses a struct field; klog's wrote its JSON,
+    `{"scale":1,"value":"Dw=="}`, into a text column: a number no one can read back. It is a NUMERIC now."""
+    import decimal
+
+    target = pg_server.database(pg_server.create_database("review_numeric_target"))
+    try:
+        pg_db.execute("CREATE TABLE t (id int PRIMARY KEY, amount numeric)")
+        pg_db.execute("INSERT INTO t VALUES (1, 1.5), (2, -12345678901234567890.123456789), (3, NULL)")
+        sink = {"name": "sink", "connector.class": "io.confluent.connect.jdbc.JdbcSinkConnector",
+                "topics": "shop.public.t", "connection.url": target.jdbc_url, "connection.user": target.user,
+                "table.name.format": "t", "auto.create": "true", "insert.mode": "upsert", "pk.mode": "record_key",
+                "transforms": "unwrap", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"}
+        with running(data_dir, cdc(pg_db), sink):
+            wait_for(lambda: target.execute("SELECT to_regclass('t')")[0][0] is not None
+                     and target.execute("SELECT count(*) FROM t")[0][0] == 3, what="the rows")
+        assert target.execute("SELECT id, amount FROM t ORDER BY id") == [
+            (1, decimal.Decimal("1.5")), (2, decimal.Decimal("-12345678901234567890.123456789")), (3, None)]
+        assert target.execute("SELECT data_type FROM information_schema.columns "
+                              "WHERE table_name = 't' AND column_name = 'amount'") == [("numeric",)]
+    finally:
+        pg_server.drop_database(target.dbname)
+
+
+def test_consumer_overrides_klogs_consumer_does_not_take_are_named_not_dropped(tmp_path):
+    """consumer.override.max.poll.records (common in Confluent's sink tuning guides) or a misspelt key: klog's
+    group consumer does not take them, and the worker dropped them without a word, though the docs promise
+    every key klog ignores is named in the one warning."""
+    from klog.connect.worker import ignored_warning, validate
+
+    sink = {"name": "sink", "connector.class": "FileStreamSink", "topics": "in", "file": str(tmp_path / "out"),
+            "consumer.override.max.poll.records": "100", "consumer.override.sesion.timeout.ms": "9000",
+            "consumer.override.session.timeout.ms": "9000", "consumer.override.metadata.max.age.ms": "1000"}
+    warning = ignored_warning(validate(sink))
+    assert warning is not None
+    assert "consumer.override.max.poll.records" in warning and "consumer.override.sesion.timeout.ms" in warning
+    assert "consumer.override.session.timeout.ms" not in warning and "metadata.max.age.ms" not in warning
