@@ -32,7 +32,7 @@ from klog.connect.api import (
     TransactionContext,
     find_connector,
 )
-from klog.connect.config import ConfigDef, regex_check, substitute_env
+from klog.connect.config import ConfigDef, java_regex, regex_check, substitute_env
 from klog.connect.converters import Converter, make_converter
 from klog.connect.data import ConnectRecord
 from klog.connect.errors import ConfigError
@@ -140,6 +140,10 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         dlq = config["errors.deadletterqueue.topic.name"]
         if dlq and dlq in config["topics"]:
             raise ConfigError("errors.deadletterqueue.topic.name", dlq, "the DLQ cannot be one of the topics read")
+        if dlq and config["topics.regex"] and java_regex(config["topics.regex"]).fullmatch(dlq):
+            # (Kafka's SinkConnectorConfig.validate: the sink would read back what it sends to its DLQ)
+            raise ConfigError("errors.deadletterqueue.topic.name", dlq, f"The DLQ topic '{dlq}' may not be included "
+                              "in the regex matching the topics to consume from")
         _check_sink_group(config["name"])
     w = worker or WORKER.parse({})
     for side in ("key", "value"):

@@ -326,3 +326,16 @@ def test_consumer_overrides_klogs_consumer_does_not_take_are_named_not_dropped(t
     assert warning is not None
     assert "consumer.override.max.poll.records" in warning and "consumer.override.sesion.timeout.ms" in warning
     assert "consumer.override.session.timeout.ms" not in warning and "metadata.max.age.ms" not in warning
+
+
+def test_a_dlq_topics_regex_matches_is_refused_as_kafka_refuses_it(tmp_path):
+    """The sink would read back what it sends to its dead letter queue, now that topics.regex takes topics
+    created after the start (Kafka's SinkConnectorConfig refuses the config)."""
+    from klog.connect.errors import ConfigError
+    from klog.connect.worker import validate
+
+    sink = {"name": "sink", "connector.class": "FileStreamSink", "topics.regex": "shop\\..*",
+            "file": str(tmp_path / "out"), "errors.tolerance": "all", "errors.deadletterqueue.topic.name": "shop.dlq"}
+    with pytest.raises(ConfigError, match="may not be included in the regex"):
+        validate(sink)
+    validate({**sink, "errors.deadletterqueue.topic.name": "dlq.shop"})
