@@ -685,13 +685,14 @@ class SinkRunner(TaskRunner):
         task.initialize(self.context)
         task.start(self.props)
         group = self.consumer_config(GroupConfig)
+        self.metadata_max_age_s = self.metadata_max_age()
         self.set_state("RUNNING")
         try:
             if pattern:
                 # topics.regex is a pattern subscription, as Kafka's consumer has it: a task starts with no
                 # topic matching yet (a CDC source still taking its snapshot) and takes each new match when
                 # it looks again (every metadata.max.age.ms), as Kafka's consumer does at a metadata refresh
-                topics = self.matching(pattern, [])
+                topics = self.matching(pattern)
             while topics is not None and not self.stop_event.is_set():
                 topics = self.consume(name, group, topics, pattern)
         finally:
@@ -718,7 +719,7 @@ class SinkRunner(TaskRunner):
                     last_commit = now
                 if pattern and now - last_look >= self.metadata_max_age_s:
                     last_look = now
-                    found = self.matching(pattern, topics, wait=False)
+                    found = self.matching(pattern, wait=False)
                     if found is not None and set(found) - set(topics):
                         more = sorted(set(found) | set(topics))
                         break
@@ -730,7 +731,7 @@ class SinkRunner(TaskRunner):
             self.consumer.close()  # revokes: the task closes its partitions
         return more
 
-    def matching(self, pattern: str, known: list[str], wait: bool = True) -> list[str] | None:
+    def matching(self, pattern: str, wait: bool = True) -> list[str] | None:
         """The topics topics.regex matches; with `wait`, looked for again until one does (None once the task
         is stopped meanwhile), else None when none does."""
         from klog.errors import UnknownTopicError
@@ -744,8 +745,7 @@ class SinkRunner(TaskRunner):
             self.stop_event.wait(min(self.metadata_max_age_s, 0.5))
         return None
 
-    @property
-    def metadata_max_age_s(self) -> float:
+    def metadata_max_age(self) -> float:
         """How often topics.regex is matched again: the consumer's metadata.max.age.ms (the worker's
         consumer.*, the connector's consumer.override.*), 5 s by default (Kafka's consumer: 5 min)."""
         from klog.connect.config import with_prefix
