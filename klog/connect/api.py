@@ -71,6 +71,13 @@ class SourceConnector(Connector):
 class SinkConnector(Connector):
     kind = "sink"
 
+    def alter_offsets(self, props: dict[str, str], offsets: dict[TP, int | None] | None) -> bool:
+        """KIP-875's SinkConnector.alterOffsets, called (on a connector not started) before the REST API's
+        PATCH or DELETE /connectors/{name}/offsets changes the group's: a sink that keeps its offsets itself
+        changes them too (`offsets`: each partition's next offset, None to forget it; None: DELETE, all of
+        them). True when it did; the default keeps none of its own (False)."""
+        return False
+
 
 class OffsetReader:
     """What a source task reads its stored offsets through (Kafka's OffsetStorageReader)."""

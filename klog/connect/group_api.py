@@ -162,10 +162,12 @@ class GroupApi:
         from klog.connect.offsets import alter_offsets
 
         self._tasks_gone(name)
-        alter_offsets(self.worker.store, self.offsets, name, self.validated(name).cls.kind, body)
+        v = self.validated(name)
+        alter_offsets(self.worker.store, self.offsets, name, v.cls.kind, body, v)
 
     def reset_offsets(self, name: str) -> None:
         from klog.connect.offsets import reset_offsets
 
         self._tasks_gone(name)
-        reset_offsets(self.worker.store, self.offsets, name, self.validated(name).cls.kind)
+        v = self.validated(name)
+        reset_offsets(self.worker.store, self.offsets, name, v.cls.kind, v)

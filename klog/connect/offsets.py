@@ -60,7 +60,10 @@ def _entries(body: Any) -> list[tuple[dict, dict | None]]:
     return out
 
 
-def alter_offsets(store, offsets: storage.OffsetStore, name: str, kind: str, body: Any) -> None:  # noqa: ANN001
+def alter_offsets(store, offsets: storage.OffsetStore, name: str, kind: str, body: Any,  # noqa: ANN001
+                  connector: Any = None) -> None:
+    """PATCH: a source's offsets in connect-offsets, a sink's in its group (and, first, those the sink
+    `connector` (a Validated) keeps itself, through its alter_offsets, as Kafka calls alterOffsets first)."""
     entries = _entries(body)
     if kind == "source":
         offsets.reload()
@@ -82,6 +85,12 @@ def alter_offsets(store, offsets: storage.OffsetStore, name: str, kind: str, bod
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise OffsetsError("a sink connector's offset is {\"kafka_offset\": N} with N 0 or more")
         plan.append(ResetRow(topic, number, None, 0, value, value))
+    if connector is not None:
+        altered: dict = {(row.topic, row.partition): row.new_offset for row in plan}
+        for scope in drop:
+            topic, _, number = scope.rpartition(":")
+            altered[(topic, int(number))] = None
+        connector.cls().alter_offsets(connector.props, altered)
     if plan:
         store.reset_group_offsets(sink_group(name), plan)
     for scope in drop:
@@ -91,13 +100,18 @@ def alter_offsets(store, offsets: storage.OffsetStore, name: str, kind: str, bod
             pass  # nothing committed there: nothing to remove
 
 
-def reset_offsets(store, offsets: storage.OffsetStore, name: str, kind: str) -> None:  # noqa: ANN001
+def reset_offsets(store, offsets: storage.OffsetStore, name: str, kind: str,  # noqa: ANN001
+                  connector: Any = None) -> None:
+    """DELETE: a source's offsets in connect-offsets, a sink's group's (and those the sink `connector`, a
+    Validated, keeps itself)."""
     if kind == "source":
         offsets.reload()
         keys = list(offsets.keys_of(name))
         if keys:
             offsets.put(name, dict.fromkeys(keys))
         return
+    if connector is not None:
+        connector.cls().alter_offsets(connector.props, None)
     try:
         store.delete_group(sink_group(name))
     except KlogError:

@@ -32,7 +32,7 @@ from klog.connect.api import (
     TransactionContext,
     find_connector,
 )
-from klog.connect.config import ConfigDef, regex_check, substitute_env
+from klog.connect.config import ConfigDef, java_regex, regex_check, substitute_env
 from klog.connect.converters import Converter, make_converter
 from klog.connect.data import ConnectRecord
 from klog.connect.errors import ConfigError
@@ -140,6 +140,10 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
         dlq = config["errors.deadletterqueue.topic.name"]
         if dlq and dlq in config["topics"]:
             raise ConfigError("errors.deadletterqueue.topic.name", dlq, "the DLQ cannot be one of the topics read")
+        if dlq and config["topics.regex"] and java_regex(config["topics.regex"]).fullmatch(dlq):
+            # (Kafka's SinkConnectorConfig.validate: the sink would read back what it sends to its DLQ)
+            raise ConfigError("errors.deadletterqueue.topic.name", dlq, f"The DLQ topic '{dlq}' may not be included "
+                              "in the regex matching the topics to consume from")
         _check_sink_group(config["name"])
     w = worker or WORKER.parse({})
     for side in ("key", "value"):
@@ -160,8 +164,20 @@ def validate(props: dict[str, str], worker: dict[str, Any] | None = None) -> Val
     ignored = sorted([k for k in props if (k in cls.unimplemented or k in RUNTIME_UNIMPLEMENTED)
                       or (k not in runtime.keys and k not in own and not k.startswith(KNOWN_PREFIXES)
                           and not cls.known_key(k))]
-                     + chain.ignored + cls.unimplemented_in(props))
+                     + chain.ignored + cls.unimplemented_in(props) + _unused_consumer_keys(cls.kind, props))
     return Validated(props, cls, config, ignored)
+
+
+def _unused_consumer_keys(kind: str, props: dict[str, str]) -> list[str]:
+    """A sink's consumer.override.* keys its group consumer does not take (max.poll.records, a misspelt
+    key): named in the warning, not dropped silently; enable.auto.commit (the worker commits) and
+    metadata.max.age.ms (how often topics.regex is matched again) are read."""
+    if kind != "sink":
+        return []
+    from klog.client.group import GroupConfig
+
+    used = {*GroupConfig.PROPERTIES, "metadata.max.age.ms"}
+    return [k for k in props if k.startswith("consumer.override.") and k[len("consumer.override."):] not in used]
 
 
 # librdkafka settings that run a program or load a library in the worker's process (the admin client takes
@@ -650,10 +666,12 @@ class SinkRunner(TaskRunner):
                                    admin=self.admin()) if dlq_topic else None
         self.handler = ErrorHandler(config, name, self.task_id, self.worker.warn, self.dlq)
         self.handler.stopping = self.stopping
-        topics = config["topics"] or store.resolve_topics(pattern=config["topics.regex"])
-        admin = self.admin()
-        for t in topics:
-            storage.ensure_topic(admin, t, 1, compacted=False) if not admin.has_topic(t) else None
+        pattern = config["topics.regex"]
+        topics = config["topics"]
+        if topics:
+            admin = self.admin()
+            for t in topics:
+                storage.ensure_topic(admin, t, 1, compacted=False) if not admin.has_topic(t) else None
         self.consumed: dict[TP, int] = {}
         self.failed = False
         self.skip_below: dict[TP, int] = {}
@@ -667,30 +685,76 @@ class SinkRunner(TaskRunner):
         task.initialize(self.context)
         task.start(self.props)
         group = self.consumer_config(GroupConfig)
-        self.consumer = store.group_consumer(f"connect-{name}", *topics, config=group,
-                                             on_assign=self.assigned, on_revoke=self.revoked)
+        self.metadata_max_age_s = self.metadata_max_age()
         self.set_state("RUNNING")
-        last_commit = time.monotonic()
+        try:
+            if pattern:
+                # topics.regex is a pattern subscription, as Kafka's consumer has it: a task starts with no
+                # topic matching yet (a CDC source still taking its snapshot) and takes each new match when
+                # it looks again (every metadata.max.age.ms), as Kafka's consumer does at a metadata refresh
+                topics = self.matching(pattern)
+            while topics is not None and not self.stop_event.is_set():
+                topics = self.consume(name, group, topics, pattern)
+        finally:
+            task.stop()
+            if self.dlq is not None:
+                self.dlq.close()
+
+    def consume(self, name: str, group: Any, topics: list[str], pattern: str) -> list[str] | None:
+        """Read `topics` as the group until stopped (None), or, with topics.regex, until more topics match
+        (then the new list: offsets committed, partitions closed, the group joined again with them)."""
+        self.consumer = self.worker.store.group_consumer(f"connect-{name}", *topics, config=group,
+                                                         on_assign=self.assigned, on_revoke=self.revoked)
+        last_commit = last_look = time.monotonic()
+        more = None
         try:
             for batch in self.consumer.batches(timeout_ms=100):
                 self.wait_if_paused()
                 if self.stop_event.is_set():
                     break  # this batch is not processed: its offsets stay uncommitted
                 self.process(batch)
-                if time.monotonic() - last_commit >= self.flush_interval_s:
+                now = time.monotonic()
+                if now - last_commit >= self.flush_interval_s:
                     self.commit()
-                    last_commit = time.monotonic()
+                    last_commit = now
+                if pattern and now - last_look >= self.metadata_max_age_s:
+                    last_look = now
+                    found = self.matching(pattern, wait=False)
+                    if found is not None and set(found) - set(topics):
+                        more = sorted(set(found) | set(topics))
+                        break
             self.commit()
         except BaseException:
             self.failed = True  # a revoke on the way out must not commit what the task may not hold
             raise
         finally:
+            self.consumer.close()  # revokes: the task closes its partitions
+        return more
+
+    def matching(self, pattern: str, wait: bool = True) -> list[str] | None:
+        """The topics topics.regex matches; with `wait`, looked for again until one does (None once the task
+        is stopped meanwhile), else None when none does."""
+        from klog.errors import UnknownTopicError
+
+        while not self.stop_event.is_set():
             try:
-                self.consumer.close()  # revokes: the task closes its partitions
-            finally:
-                task.stop()
-                if self.dlq is not None:
-                    self.dlq.close()
+                return self.worker.store.resolve_topics(pattern=pattern)
+            except UnknownTopicError:
+                if not wait:
+                    return None
+            self.stop_event.wait(min(self.metadata_max_age_s, 0.5))
+        return None
+
+    def metadata_max_age(self) -> float:
+        """How often topics.regex is matched again: the consumer's metadata.max.age.ms (the worker's
+        consumer.*, the connector's consumer.override.*), 5 s by default (Kafka's consumer: 5 min)."""
+        from klog.connect.config import with_prefix
+
+        props = {**with_prefix(self.worker.props, "consumer."), **with_prefix(self.v.props, "consumer.override.")}
+        try:
+            return max(0.05, int(props.get("metadata.max.age.ms", 5000)) / 1000)
+        except ValueError:
+            return 5.0
 
     def report_errant(self, record: ConnectRecord, error: BaseException) -> None:
         """The sink task's errant record reporter (Kafka's WorkerErrantRecordReporter.report): returns once
@@ -1058,12 +1122,14 @@ class Worker:
     def alter_offsets(self, name: str, body: Any) -> None:
         from klog.connect.offsets import alter_offsets
 
-        alter_offsets(self.store, self.offsets, name, self.validated(name).cls.kind, body)
+        v = self.validated(name)
+        alter_offsets(self.store, self.offsets, name, v.cls.kind, body, v)
 
     def reset_offsets(self, name: str) -> None:
         from klog.connect.offsets import reset_offsets
 
-        reset_offsets(self.store, self.offsets, name, self.validated(name).cls.kind)
+        v = self.validated(name)
+        reset_offsets(self.store, self.offsets, name, v.cls.kind, v)
 
     def describe_status(self, name: str) -> dict:
         v = self.validated(name)

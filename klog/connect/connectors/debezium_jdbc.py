@@ -34,6 +34,7 @@ from klog.connect.connectors.jdbc import (
     Dialect,
     JdbcConnection,
     JdbcSinkTask,
+    OffsetsInDatabase,
     PostgresDialect,
     SinkSettings,
     jdbc_url_check,
@@ -665,7 +666,7 @@ class DebeziumJdbcSinkTask(JdbcSinkTask):
     settings_from = staticmethod(settings_from_debezium)
 
 
-class DebeziumJdbcSinkConnector(JdbcConnection, SinkConnector):
+class DebeziumJdbcSinkConnector(OffsetsInDatabase, JdbcConnection, SinkConnector):
     java_classes = ("io.debezium.connector.jdbc.JdbcSinkConnector",)
     short_names = ("debezium-jdbc-sink",)
     config_def = CONFIG

@@ -155,6 +155,11 @@ def _pg_type(oid: int, typmod: int) -> Schema:
     return primitive("string")
 
 
+# Debezium's number of any scale (an unconstrained PostgreSQL numeric under decimal.handling.mode=precise, the
+# default): a struct {scale, value: the unscaled big-endian bytes}, written as its number in a NUMERIC column
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
 class Dialect:
     param = "?"
     types: dict[str, str] = {}
@@ -224,7 +229,7 @@ class Dialect:
 
     def sql_type(self, schema: Schema) -> str:
         name = schema.get("name")
-        if name == DECIMAL:
+        if name in (DECIMAL, VARIABLE_SCALE_DECIMAL):
             return "NUMERIC"
         if name in (DATE, TIME, TIMESTAMP):
             return {DATE: "DATE", TIME: "TIME", TIMESTAMP: "TIMESTAMP"}[name]
@@ -303,6 +308,10 @@ class Dialect:
             return from_epoch_millis(value)
         if name == TIME and isinstance(value, int):
             return from_epoch_millis(value).time()
+        if name == VARIABLE_SCALE_DECIMAL and isinstance(value, dict):
+            from klog.connect.converters import decimal_from_bytes
+
+            return decimal_from_bytes(value["value"], value["scale"])
         if isinstance(value, dict | list):
             from klog.connect.converters import _json_default
 
@@ -497,7 +506,8 @@ class SqliteDialect(Dialect):
         return self.quote(name.split(".")[-1])  # SQLite has no schemas: the table part of Confluent's TableId
 
     def sql_type(self, schema: Schema) -> str:
-        return "NUMERIC" if schema.get("name") == DECIMAL else self.types.get(schema.get("type", "string"), "TEXT")
+        return "NUMERIC" if schema.get("name") in (DECIMAL, VARIABLE_SCALE_DECIMAL) else \
+            self.types.get(schema.get("type", "string"), "TEXT")
 
     def table_problem(self, name: str) -> str | None:
         problem = super().table_problem(name)
@@ -583,6 +593,44 @@ def settings_from_confluent(props: dict[str, str]) -> SinkSettings:
         table_name=lambda r: table_format.replace("${topic}", r.topic))
 
 
+def ensure_offsets_table(dialect: Dialect, cur, name: str) -> None:  # noqa: ANN001 - a DB-API cursor
+    t = dialect.table(name)
+    dialect.lock_ddl(cur, name)  # every task of every connector creates it at start
+    cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (connector TEXT NOT NULL, topic TEXT NOT NULL, "
+                "kafka_partition INTEGER NOT NULL, next_offset BIGINT NOT NULL, "
+                "PRIMARY KEY (connector, topic, kafka_partition))")
+
+
+class OffsetsInDatabase:
+    """The JDBC sinks keep their offsets in the target database (exactly.once.offsets.table), which win over
+    the group's when a task starts: the REST API's PATCH and DELETE /connectors/{name}/offsets change them
+    there too (KIP-875's alterOffsets), else a reset or a rewind would say it succeeded and change nothing."""
+
+    task_class: type
+
+    def alter_offsets(self, props: dict[str, str], offsets: dict[TP, int | None] | None) -> bool:
+        c = self.task_class.settings_from(props)
+        dialect = dialect_for(c.url, c.user, c.password)
+        dialect.fold_case = c.fold_unquoted
+        name, p, t = props.get("name", ""), dialect.param, dialect.table(c.offsets_table)
+        conn = dialect.connect()
+        try:
+            cur = conn.cursor()
+            ensure_offsets_table(dialect, cur, c.offsets_table)
+            if offsets is None:
+                cur.execute(f"DELETE FROM {t} WHERE connector = {p}", (name,))
+            for (topic, partition), offset in (offsets or {}).items():
+                cur.execute(f"DELETE FROM {t} WHERE connector = {p} AND topic = {p} AND kafka_partition = {p}",
+                            (name, topic, partition))
+                if offset is not None:
+                    cur.execute(f"INSERT INTO {t} (connector, topic, kafka_partition, next_offset) "
+                                f"VALUES ({p}, {p}, {p}, {p})", (name, topic, partition, offset))
+            conn.commit()
+        finally:
+            conn.close()
+        return True
+
+
 class JdbcSinkTask(SinkTask):
     settings_from: Callable[[dict[str, str]], SinkSettings] = staticmethod(settings_from_confluent)
 
@@ -648,11 +696,7 @@ class JdbcSinkTask(SinkTask):
                 time.sleep(self.c.retry_backoff_ms / 1000)
 
     def _ensure_offsets_table(self, cur) -> None:  # noqa: ANN001
-        t = self.dialect.table(self.offsets_table)
-        self.dialect.lock_ddl(cur, self.offsets_table)  # every task of every connector creates it at start
-        cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (connector TEXT NOT NULL, topic TEXT NOT NULL, "
-                    "kafka_partition INTEGER NOT NULL, next_offset BIGINT NOT NULL, "
-                    "PRIMARY KEY (connector, topic, kafka_partition))")
+        ensure_offsets_table(self.dialect, cur, self.offsets_table)
 
     # -- the sink contract -------------------------------------------------------------------------
     def open(self, partitions: list[TP]) -> None:
@@ -1067,7 +1111,7 @@ class JdbcSinkTask(SinkTask):
         self._drop_connection()
 
 
-class JdbcSinkConnector(JdbcConnection, SinkConnector):
+class JdbcSinkConnector(OffsetsInDatabase, JdbcConnection, SinkConnector):
     java_classes = ("io.confluent.connect.jdbc.JdbcSinkConnector",)
     short_names = ("jdbc-sink",)
     config_def = (CONNECTION.merged(ConfigDef())

@@ -154,6 +154,9 @@ class PostgresTask(SourceTask):
         self.stream_started = False
         self.stored = (self.context.offset_storage_reader.offset(self.partition)
                        if self.context.offset_storage_reader else None) or {}
+        self.returned: dict | None = None  # the offset of the last record poll() handed over
+        self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
+        self.reconnects, self.reconnect_at = 0, 0.0
         self._connect()
 
     # -- connections -----------------------------------------------------------------------------
@@ -190,26 +193,39 @@ class PostgresTask(SourceTask):
 
     def _connect(self) -> None:
         import psycopg2
+        import psycopg2.errors
         import psycopg2.extras
 
+        mode = self.c["snapshot.mode"]
+        self.initial_only = mode == "initial_only"
         try:
             self.conn = self._jdbc_connection()
             self.conn.autocommit = True
-            self.repl = psycopg2.connect(**self._dsn(),
-                                         connection_factory=psycopg2.extras.LogicalReplicationConnection)
+            # initial_only never streams: as Debezium's (a slot only when the snapshotter streams), neither a
+            # replication connection nor a slot, which would hold the server's WAL for no reader
+            self.repl = None if self.initial_only else psycopg2.connect(
+                **self._dsn(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.OperationalError as e:
             raise RetriableError(f"cannot connect to PostgreSQL: {str(e).strip()}") from None
-        self.cur = self.repl.cursor()
         self.dbname = self.c["database.dbname"]
+        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and
+                                                   not self.stored.get("last_snapshot_record"))
+        if self.initial_only:  # (nor a publication: Debezium's replication connection makes it)
+            with self.conn.cursor() as q:
+                q.execute("SELECT pg_current_wal_lsn()::text")
+                self.slot_lsn = pgoutput.parse_lsn(q.fetchone()[0])
+            self.lsn_safe = self.slot_lsn
+            self.last_commit_lsn, self.skip_commit, self.skip_events, self.resume_counts = None, 0, 0, None
+            if not snapshot_done:
+                self.snapshot_rows = self._snapshot(None)
+            return
+        self.cur = self.repl.cursor()
         self._publication()
         slot = self.c["slot.name"]
         with self.conn.cursor() as q:
             q.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s AND database = %s", (slot, self.dbname))
             row = q.fetchone()
-        mode = self.c["snapshot.mode"]
-        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and
-                                                   not self.stored.get("last_snapshot_record"))
         want_snapshot = mode == "always" or (mode in ("initial", "initial_only", "when_needed") and not snapshot_done) \
             or (mode == "when_needed" and row is None and bool(self.stored))
         if row is not None and want_snapshot:
@@ -222,10 +238,14 @@ class PostgresTask(SourceTask):
             self.context.warn(f"connector '{self.context.connector_name}': replication slot '{slot}' was missing and "
                               "is created again: changes made while it was gone are not captured "
                               "(snapshot.mode=when_needed snapshots again)")
-        self.initial_only = mode == "initial_only"
         if row is None:
-            self.cur.execute(f"CREATE_REPLICATION_SLOT {_ident(slot)} LOGICAL pgoutput"
-                             + (" EXPORT_SNAPSHOT" if want_snapshot else " NOEXPORT_SNAPSHOT"))
+            try:
+                self.cur.execute(f"CREATE_REPLICATION_SLOT {_ident(slot)} LOGICAL pgoutput"
+                                 + (" EXPORT_SNAPSHOT" if want_snapshot else " NOEXPORT_SNAPSHOT"))
+            except psycopg2.errors.DuplicateObject:  # (a slot of another database: slot names are the server's)
+                raise ConnectError(f"replication slot '{slot}' already exists for another database of this server; "
+                                   "when setting up multiple connectors for the same database host, please make sure "
+                                   "to use a distinct replication slot name for each (slot.name)") from None
             _, consistent_point, snapshot_name, _ = self.cur.fetchone()
             self.slot_lsn = pgoutput.parse_lsn(consistent_point)
             if want_snapshot:
@@ -239,10 +259,25 @@ class PostgresTask(SourceTask):
         self.resume_counts = self.stored.get("transaction_counts")  # provide.transaction.metadata's
 
     def _publication(self) -> None:
+        """The publication, created if missing as publication.autocreate.mode says. With `filtered`, an
+        existing one is set to the tables the filters keep now, as Debezium's initPublication does at each
+        start (ALTER PUBLICATION ... SET TABLE): a table added to table.include.list is then streamed; one
+        created FOR ALL TABLES cannot be altered so, and fails the task as Debezium's."""
         name, mode = self.c["publication.name"], self.c["publication.autocreate.mode"]
         with self.conn.cursor() as q:
-            q.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
-            if q.fetchone() is not None:
+            q.execute("SELECT puballtables FROM pg_publication WHERE pubname = %s", (name,))
+            found = q.fetchone()
+            if found is not None:
+                if mode != "filtered":
+                    return
+                if found[0]:
+                    raise ConnectError(f"publication '{name}' is FOR ALL TABLES and cannot be altered to the tables "
+                                       "of publication.autocreate.mode=filtered: drop it (the connector creates it "
+                                       "again) or set publication.autocreate.mode=all_tables")
+                tables = [f"{_ident(s)}.{_ident(t)}" for s, t in self._tables()]
+                if not tables:
+                    raise ConnectError("publication.autocreate.mode=filtered and table.include.list matches no table")
+                q.execute(f"ALTER PUBLICATION {_ident(name)} SET TABLE {', '.join(tables)}")
                 return
             if mode == "disabled":
                 raise ConnectError(f"publication '{name}' does not exist and publication.autocreate.mode=disabled")
@@ -281,14 +316,14 @@ class PostgresTask(SourceTask):
         key_fields: dict[str, dict] = {}
         mappings: dict[str, Any] = {}  # column → its column mapper's converter (column.truncate.to.*, column.mask.*)
         nulls: dict[str, Any] = {}  # required column → what a change that lacks it carries
-        facts = self._column_facts(rel.oid)
+        facts = self._column_facts(rel)
         key_names = self._key_columns(rel)
         for i, col in enumerate(rel.columns):
             if not self._column_wanted(rel, col.name):
                 if col.name not in key_names:
                     continue
                 hidden.append(col.name)  # a key column column.*.list leaves out: in the key, not the value
-            not_null, expression, pg_type = facts.get(col.name, (False, None, PgType(col.type_oid, col.typmod)))
+            not_null, expression, pg_type = facts[col.name]
             found = column_type(pg_type, self.modes)
             if found is None:
                 self._warn_type(rel, col.name, pg_type)
@@ -347,18 +382,29 @@ class PostgresTask(SourceTask):
             return False
         return not any(p.fullmatch(full) for p in self.columns_out)
 
-    def _column_facts(self, oid: int) -> dict[str, tuple[bool, str | None, PgType]]:
+    def _column_facts(self, rel: pgoutput.Relation) -> dict[str, tuple[bool, str | None, PgType]]:
         """Each column's NOT NULL (a required field in Debezium's schemas), DEFAULT expression (the field's
         default there) and type as Debezium resolves it (domains to their base type, enums with their labels,
-        arrays with their element type); pgoutput's relation message carries none of them."""
+        arrays with their element type); pgoutput's relation message carries none of them.
+
+        The type is the relation message's (its type and modifier), as Debezium's decoder takes it: a change
+        streamed after the connector lagged may predate an ALTER COLUMN ... TYPE the catalog holds now, and
+        its values are texts of the type they had then (an int's `1` is no boolean's `t`). The catalog's
+        DEFAULT is then left out (an expression of the new type)."""
         with self.conn.cursor() as q:
             q.execute("SELECT a.attname, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.atttypid, a.atttypmod "
                       "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-                      "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (oid,))
-            rows = q.fetchall()
+                      "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped", (rel.oid,))
+            catalog = {name: (not_null, expression, int(type_oid), int(typmod))
+                       for name, not_null, expression, type_oid, typmod in q.fetchall()}
             types: dict[int, tuple] = {}  # read afresh for each relation: an enum may have gained a label
-            return {name: (not_null, expression, self._pg_type(q, types, type_oid, typmod))
-                    for name, not_null, expression, type_oid, typmod in rows}
+            facts = {}
+            for col in rel.columns:
+                not_null, expression, type_oid, typmod = catalog.get(col.name, (False, None, None, None))
+                if (type_oid, typmod) != (col.type_oid, col.typmod):
+                    expression, type_oid, typmod = None, col.type_oid, col.typmod
+                facts[col.name] = (bool(not_null), expression, self._pg_type(q, types, type_oid, typmod))
+            return facts
 
     def _pg_type(self, q, types: dict[int, tuple], type_oid: int, typmod: int,  # noqa: ANN001
                  element_of_array: bool = False) -> PgType:
@@ -467,13 +513,16 @@ class PostgresTask(SourceTask):
         return out
 
     # -- snapshot ---------------------------------------------------------------------------------
-    def _snapshot(self, snapshot_name: str) -> Iterator[ConnectRecord]:
+    def _snapshot(self, snapshot_name: str | None) -> Iterator[ConnectRecord]:
+        """The snapshot's records, read in the slot's exported snapshot (`snapshot_name`), or (initial_only,
+        no slot) in a transaction of its own."""
         snap = self._jdbc_connection()
         snap.set_session(isolation_level="REPEATABLE READ")  # not read-only: it takes a txId, as Debezium's
         _values_as_text(snap)
         try:
             with snap.cursor() as q:
-                q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+                if snapshot_name is not None:
+                    q.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
                 # PostgresConnection.currentTransactionId: none on a standby (it cannot assign one)
                 q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
                           "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
@@ -591,6 +640,56 @@ class PostgresTask(SourceTask):
 
     # -- streaming --------------------------------------------------------------------------------
     def poll(self) -> list[ConnectRecord]:
+        """The next records; a lost connection (the server restarted, a failover, the walsender terminated)
+        is recovered, as Debezium's retriable errors restart its task: after retriable.restart.connector.
+        wait.ms the connector connects again and goes on after the last record it handed over, as a
+        restarted task goes on after its stored offsets (errors.max.retries bounds the attempts)."""
+        if self.lost is not None:
+            self._reconnect()
+            return []
+        try:
+            out = self._poll()
+        except Exception as e:
+            if not _connection_lost(e):
+                raise
+            self._lose(e)
+            return []
+        if out:
+            self.returned = out[-1].source_offset
+        return out
+
+    def _lose(self, error: BaseException) -> None:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        wait = self.c["retriable.restart.connector.wait.ms"]
+        self.context.warn(f"connector '{self.context.connector_name}': the connection to PostgreSQL was lost "
+                          f"({first_line}); connecting again in {wait} ms (retriable.restart.connector.wait.ms)")
+        self.lost, self.reconnect_at = error, time.monotonic() + wait / 1000
+        self._close_connections()
+
+    def _reconnect(self) -> None:
+        if time.monotonic() < self.reconnect_at:
+            time.sleep(0.05)
+            return
+        limit = self.c["errors.max.retries"]
+        if 0 <= limit <= self.reconnects:
+            raise ConnectError(f"the connection to PostgreSQL was lost and {self.reconnects} attempts to connect "
+                               f"again failed (errors.max.retries={limit}): {str(self.lost).strip()}")
+        self.reconnects += 1
+        if self.returned is not None:
+            self.stored = self.returned  # what was handed over is delivered: skipped when streamed again
+        self.relations, self.tx, self.tx_counts, self.tx_sources = {}, None, None, {}
+        self.stream_started, self.snapshot_rows, self.event, self.last_offset = False, None, 0, None
+        try:
+            self._connect()
+        except Exception as e:
+            if not (isinstance(e, RetriableError) or _connection_lost(e)):
+                raise
+            self._lose(e)
+            return
+        self.lost, self.reconnects = None, 0
+        self.context.warn(f"connector '{self.context.connector_name}': connected to PostgreSQL again")
+
+    def _poll(self) -> list[ConnectRecord]:
         if self.snapshot_rows is not None:
             out = []
             tc = self.context.transaction_context  # transaction.boundary=connector: a snapshot batch each
@@ -719,6 +818,11 @@ class PostgresTask(SourceTask):
                         tc = self.context.transaction_context
                         tc.commit_transaction(out[-1]) if out else tc.commit_transaction()
         except psycopg2.Error as e:
+            if _connection_lost(e):
+                if not out:
+                    raise
+                self._lose(e)  # the records made before it are handed over: the reconnect goes on after them
+                return out
             raise ConnectError(f"PostgreSQL replication failed: {str(e).strip()}") from None
         return out
 
@@ -821,17 +925,79 @@ class PostgresTask(SourceTask):
         if not offset or offset.get("snapshot") or not self.stream_started:
             return
         safe = int(offset.get("lsn_safe") or 0)
-        if safe > self.confirmed:
-            self.cur.send_feedback(flush_lsn=safe, reply=True)
+        if safe > self.confirmed and self.lost is None:
+            try:
+                self.cur.send_feedback(flush_lsn=safe, reply=True)
+            except Exception as e:
+                if not _connection_lost(e):
+                    raise
+                self._lose(e)  # confirmed once connected again, at the next commit
+                return
             self.confirmed = safe
 
     def stop(self) -> None:
+        repl = getattr(self, "repl", None)
+        _close(repl)
+        try:
+            c, conn = getattr(self, "c", None), getattr(self, "conn", None)
+            if c is not None and c["slot.drop.on.stop"] and repl is not None and conn is not None and \
+                    self.lost is None:
+                self._drop_slot()
+        finally:
+            _close(getattr(self, "conn", None))
+
+    def _close_connections(self) -> None:
         for conn in (getattr(self, "repl", None), getattr(self, "conn", None)):
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001, S110 - closing a connection that already broke
-                    pass
+            _close(conn)
+
+    def _drop_slot(self) -> None:
+        """slot.drop.on.stop, as Debezium's: a graceful stop drops the slot (a killed worker's stays). Its
+        walsender may take a moment to go once the replication connection is closed: asked again for 5 s."""
+        import psycopg2
+        import psycopg2.errors
+
+        slot, deadline = self.c["slot.name"], time.monotonic() + 5
+        while True:
+            try:
+                with self.conn.cursor() as q:
+                    q.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                              "WHERE slot_name = %s AND database = %s", (slot, self.dbname))
+                return
+            except psycopg2.errors.ObjectInUse:
+                if time.monotonic() > deadline:
+                    self.context.warn(f"connector '{self.context.connector_name}': slot.drop.on.stop: replication "
+                                      f"slot '{slot}' is still in use and was not dropped")
+                    return
+                time.sleep(0.1)
+            except psycopg2.Error as e:
+                self.context.warn(f"connector '{self.context.connector_name}': slot.drop.on.stop: replication slot "
+                                  f"'{slot}' was not dropped: {str(e).strip()}")
+                return
+
+
+def _close(conn) -> None:  # noqa: ANN001 - a psycopg2 connection or None
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001, S110 - closing a connection that already broke
+            pass
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """A failure of the connection, not of what it was asked (Debezium's PostgresErrorHandler retries these):
+    psycopg2's closed connection, one the server or the network broke (no SQLSTATE: a replication stream the
+    server ended after wal_sender_timeout without a reply, a paused connector's), or SQLSTATE class 08
+    (connection exception) and 57P01-57P03 (the server shutting down, crashed, or not accepting yet)."""
+    import psycopg2
+
+    if isinstance(error, psycopg2.InterfaceError):
+        return True
+    if not isinstance(error, psycopg2.DatabaseError):
+        return False
+    code = error.pgcode or ""
+    if not code:  # libpq's own: an OperationalError, or the bare DatabaseError a dead replication stream gives
+        return isinstance(error, psycopg2.OperationalError) or type(error) is psycopg2.DatabaseError
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03")
 
 
 def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
@@ -1003,6 +1169,8 @@ class PostgresConnector(SourceConnector):
                   .define("max.batch.size", "int", 2048, at_least=1)
                   .define("max.queue.size", "int", 8192, at_least=1)
                   .define("poll.interval.ms", "long", 500, at_least=1)
+                  .define("retriable.restart.connector.wait.ms", "long", 10_000, at_least=0)
+                  .define("errors.max.retries", "int", -1, at_least=-1)
                   .define("heartbeat.interval.ms", "int", 0, at_least=0)
                   .define("provide.transaction.metadata", "boolean", False)
                   .define("topic.transaction", default="transaction")
