@@ -220,7 +220,7 @@ def refuse_recursive(schema: Any, what: str) -> None:
                         "message holding its own type, as ProtobufConverter reads them)")
 
 
-TREE_PARTS_MAX = 1_000_000  # a schema's dicts and lists as a tree, for a writer that expands it (JSON Schema's)
+TREE_PARTS_MAX = 200_000  # dicts and lists of a schema written out as a tree (4 a field of 50,000 fields)
 
 
 def schema_text(schema: Any, what: str, shares: bool = False) -> str:
