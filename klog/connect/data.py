@@ -167,11 +167,33 @@ def _shape(schema: Any) -> Shape:
     hit = _RECURSIVE.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    found = _cycle_of(schema)
+    parts = _tree_parts(schema)
+    found = Shape(None, False, parts) if parts is not None else _cycle_of(schema)
     if len(_RECURSIVE) >= _RECURSIVE_MAX:
         _RECURSIVE.clear()
     _RECURSIVE[id(schema)] = (schema, found)  # kept alive: its id is not reused meanwhile
     return found
+
+
+def _tree_parts(schema: Schema) -> int | None:
+    """The dicts and lists of a schema that is a tree (most are); None where one is reached twice (shared, or
+    a struct holding itself: then _cycle_of tells which). A tight walk: a writer keys each new schema object
+    with it (a transform may rebuild one per record)."""
+    seen: set[int] = set()
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return None
+        seen.add(id(node))
+        if isinstance(node, list):
+            stack += [x for x in node if isinstance(x, dict | list)]
+            continue
+        for part in _PARTS:
+            child = node.get(part)
+            if isinstance(child, dict | list):
+                stack.append(child)
+    return len(seen)
 
 
 def _children(node: Any) -> list:
