@@ -715,7 +715,7 @@ class _TooLarge(Exception):
     pass
 
 
-def _kafka_schema(schema: Any, numeric: bool, budget: list[int], made: dict[int, tuple[list, list, int]]) -> Any:
+def _kafka_schema(schema: Any, numeric: bool, budget: list[int], made: dict[int, Any]) -> Any:
     """A schema as Kafka's JsonConverter.asJsonSchema writes it: type (FLOAT32 "float", FLOAT64 "double");
     fields, items, or keys and values; optional (false where unsaid); name, version, doc, parameters
     where set; default (as _default_json writes it); and a struct field's name last. A key Kafka does
@@ -723,8 +723,8 @@ def _kafka_schema(schema: Any, numeric: bool, budget: list[int], made: dict[int,
     shared, are written again from `made`, their parts counted again: the text is a tree)."""
     if not isinstance(schema, dict):
         return schema
-    budget[0] -= 1  # (a tree of a few dicts a part: what a schema sharing structs expands to is bounded)
-    if budget[0] < 0:
+    budget[0] -= 1  # (what a schema sharing structs expands to is bounded; a tree is written as it is)
+    if budget[0] < 0 and made.get(0):
         raise _TooLarge
     kind = schema.get("type")
     out = {"type": _KAFKA_TYPE_NAMES.get(kind, kind)}
@@ -737,6 +737,7 @@ def _kafka_schema(schema: Any, numeric: bool, budget: list[int], made: dict[int,
             hit = made.get(id(inner))
             if hit is not None and hit[0] is inner:
                 budget[0] -= hit[2]
+                made[0] = True  # (no list has id 0) a part shared: what it expands to is bounded
                 if budget[0] < 0:
                     raise _TooLarge
                 out[part] = hit[1]

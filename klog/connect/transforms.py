@@ -267,7 +267,7 @@ class Flatten(Transform):
         fields: list[Schema] = []
         out = {}
         try:
-            self._flat_struct(schema, value, "", schema.get("optional", False), fields, out, [TREE_PARTS_MAX])
+            self._flat_struct(schema, value, "", schema.get("optional", False), fields, out, [TREE_PARTS_MAX, set()])
         except _TooLarge:  # structs sharing structs (named types met again, as the Avro and Protobuf converters
             # read them): flattened, a field per path through them
             raise DataError(f"Flatten takes no schema of more than {TREE_PARTS_MAX} fields flattened (its structs "
@@ -289,11 +289,18 @@ class Flatten(Transform):
                 out[self._name(prefix, name)] = v
 
     def _flat_struct(self, schema: Schema, value: dict | None, prefix: str, optional: bool, fields: list,
-                     out: dict, budget: list[int]) -> None:
-        budget[0] -= len(schema.get("fields", [])) + 1
-        if budget[0] < 0:
+                     out: dict, budget: list) -> None:
+        """`budget`: [the fields left to flatten, the ids of the fields lists met]: past it, where a struct's fields
+        were met twice (shared), _TooLarge (a tree is flattened as it is)."""
+        fields_of = schema.get("fields") or []
+        budget[0] -= len(fields_of) + 1
+        if fields_of:
+            if id(fields_of) in budget[1]:
+                budget[1].add(0)  # (no list has id 0) a part shared
+            budget[1].add(id(fields_of))
+        if budget[0] < 0 and 0 in budget[1]:
             raise _TooLarge
-        for f in schema.get("fields", []):
+        for f in fields_of:
             name = self._name(prefix, f["field"])
             is_optional = optional or f.get("optional", False)
             child = None if value is None else value.get(f["field"])

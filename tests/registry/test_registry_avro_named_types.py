@@ -20,7 +20,7 @@ from tests.connect.test_connect_avro_named_types import LEVELS, VALUE, doubling 
 from tests.registry.helpers import serving  # noqa: E402
 from tests.registry.test_registry_rest import call  # noqa: E402
 
-BOUND_S = 10.0  # each path here takes milliseconds
+BOUND_S = 30.0  # each path here takes milliseconds
 
 
 @pytest.fixture
