@@ -28,7 +28,7 @@ from typing import Any
 
 from klog.connect.config import ConfigDef
 from klog.connect.converters import Converter, decimal_from_bytes, decimal_to_bytes, from_json
-from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, schema_text
+from klog.connect.data import DATE, DECIMAL, TIME, TIMESTAMP, Schema, schema_key, schema_text
 from klog.connect.errors import ConfigError, DataError, RetriableError
 from klog.protocol import registry_client
 from klog.protocol.avro_compat import read_problems
@@ -97,15 +97,21 @@ def split_name(full: str) -> tuple[str | None, str]:
 
 
 def _definition_key(schema: Schema) -> str:
-    """What makes two uses of a named Connect schema the same type (its optionality aside)."""
-    return json.dumps({k: v for k, v in schema.items() if k not in ("field", "optional")}, sort_keys=True,
+    """What makes two uses of a named Connect schema the same type (its optionality aside); linear in the
+    schema's parts where it shares some (schema_key)."""
+    return schema_key({k: v for k, v in schema.items() if k not in ("field", "optional")})
+
+
+def _own_key(schema: Schema) -> str:
+    """A named Connect schema's own properties (its parts, its optionality and field name aside)."""
+    return json.dumps({k: v for k, v in schema.items() if k not in ("field", "optional", "fields")}, sort_keys=True,
                       default=str)
 
 
 class _ToAvro:
     def __init__(self, scrub: bool = False) -> None:
         self.scrub = scrub
-        self.defined: dict[str, str] = {}  # an Avro full name -> the Connect definition it was made from
+        self.defined: dict[str, list] = {}  # an Avro full name -> [the Connect schema defining it, its key once made]
         self.unnamed = 0
 
     def schema(self, s: Schema, ignore_optional: bool = False) -> Any:
@@ -121,14 +127,20 @@ class _ToAvro:
         return NAMESPACE, DEFAULT_NAME + (str(self.unnamed) if self.unnamed > 1 else "")
 
     def _named(self, s: Schema, namespace: str | None, name: str) -> str | None:
-        """The full name when this named type was defined already (then it is referred to by name)."""
+        """The full name when this named type was defined already (then it is referred to by name). A struct
+        met again with the same fields (shared: a named type the converters read once) is that type without
+        comparing its fields again: a schema is made in the size of its definitions, not of its uses."""
         full = f"{namespace}.{name}" if namespace else name
-        key = _definition_key(s)
         seen = self.defined.get(full)
         if seen is None:
-            self.defined[full] = key
+            self.defined[full] = [s, None]
             return None
-        if seen != key:
+        first = seen[0]
+        if first is s or (first.get("fields") is s.get("fields") and _own_key(first) == _own_key(s)):
+            return full
+        if seen[1] is None:
+            seen[1] = _definition_key(first)
+        if seen[1] != _definition_key(s):
             raise DataError(f"two different Connect schemas are named {full}: Avro needs one definition per name")
         return full
 
@@ -341,6 +353,10 @@ class _ToConnect:
     def __init__(self) -> None:
         self.named: dict[str, dict] = {}
         self.open: set[str] = set()
+        # the records made -> their struct's fields and the parameters their docs give: a named type met again
+        # (by its name) shares them, so a schema is made in the size of its definitions, not of the tree of its
+        # uses (a record holding two of another, that two of a third ... doubles at each level)
+        self.made: dict[str, tuple[list[Schema], dict[str, str]]] = {}
 
     def resolve(self, avro: Any) -> Any:
         if isinstance(avro, str) and avro not in AVRO_PRIMITIVES:
@@ -409,19 +425,24 @@ class _ToConnect:
             out.update(type="map", keys={"type": "string", "optional": False}, values=self.schema(props["values"]))
         elif kind == "record":
             full = props["name"]
-            if full in self.open:
-                raise DataError(f"recursive Avro schemas ({full}) have no Connect schema")
-            self.open.add(full)
-            if props.get("doc") is not None:
-                params[RECORD_DOC] = props["doc"]
-            fields = []
-            for f in props["fields"]:
-                if f.get("doc") is not None:
-                    params[FIELD_DOC + f["name"]] = f["doc"]
-                fields.append({**self.schema(f["type"], False, f.get("default", _NO_DEFAULT), f.get("doc")),
-                               "field": f["name"]})
-            self.open.discard(full)
-            out.update(type="struct", fields=fields)
+            made = self.made.get(full)
+            if made is None:
+                if full in self.open:
+                    raise DataError(f"recursive Avro schemas ({full}) have no Connect schema")
+                self.open.add(full)
+                docs: dict[str, str] = {}
+                if props.get("doc") is not None:
+                    docs[RECORD_DOC] = props["doc"]
+                fields = []
+                for f in props["fields"]:
+                    if f.get("doc") is not None:
+                        docs[FIELD_DOC + f["name"]] = f["doc"]
+                    fields.append({**self.schema(f["type"], False, f.get("default", _NO_DEFAULT), f.get("doc")),
+                                   "field": f["name"]})
+                self.open.discard(full)
+                made = self.made[full] = (fields, docs)
+            params.update(made[1])
+            out.update(type="struct", fields=made[0])
             name = full
         elif kind == "null":
             raise DataError("standalone null schemas have no Connect schema")
@@ -498,11 +519,13 @@ ValueFn = Callable[[Any], Any]
 
 
 def to_avro_value(schema: Schema, scrub: bool = False) -> ValueFn:
-    """A function from a Connect value of `schema` to what fastavro writes for its Avro schema."""
-    return _to_avro(schema, "", scrub)
+    """A function from a Connect value of `schema` to what fastavro writes for its Avro schema. A struct met
+    again with the same fields (a named type shared) is converted by the function made for it first (its errors
+    name the path where it was met first)."""
+    return _to_avro(schema, "", scrub, {})
 
 
-def _to_avro(schema: Schema, path: str, scrub: bool) -> ValueFn:
+def _to_avro(schema: Schema, path: str, scrub: bool, made: dict[int, tuple[Any, ValueFn]]) -> ValueFn:
     kind = schema.get("type")
     name = schema.get("name")
     optional = bool(schema.get("optional"))
@@ -529,23 +552,23 @@ def _to_avro(schema: Schema, path: str, scrub: bool) -> ValueFn:
                 raise DataError(f"{where}: a bytes value must be bytes, not {type(v).__name__}")
             return bytes(v)
     elif kind == "array":
-        item = _to_avro(schema["items"], f"{path}[]", scrub)
+        item = _to_avro(schema["items"], f"{path}[]", scrub, made)
 
         def inner(v: Any) -> Any:
             return [item(x) for x in v]
     elif kind == "map":
-        value_fn = _to_avro(schema["values"], f"{path}{{}}", scrub)
+        value_fn = _to_avro(schema["values"], f"{path}{{}}", scrub, made)
         if schema["keys"].get("type") == "string" and not schema["keys"].get("optional"):
             def inner(v: Any) -> Any:
                 return {k: value_fn(x) for k, x in v.items()}
         else:
-            key_fn = _to_avro(schema["keys"], f"{path}{{key}}", scrub)
+            key_fn = _to_avro(schema["keys"], f"{path}{{key}}", scrub, made)
 
             def inner(v: Any) -> Any:
                 return [{"key": key_fn(k), "value": value_fn(x)} for k, x in v.items()]
     elif kind == "struct" and name == UNION:
         # each branch optional: a named struct's converts to fastavro's (name, value), naming its branch
-        branches = [(f["field"], _to_avro({**f, "optional": True}, f"{path}.{f['field']}", scrub))
+        branches = [(f["field"], _to_avro({**f, "optional": True}, f"{path}.{f['field']}", scrub, made))
                     for f in schema.get("fields", [])]
 
         def inner(v: Any) -> Any:
@@ -554,9 +577,12 @@ def _to_avro(schema: Schema, path: str, scrub: bool) -> ValueFn:
                 if x is not None:
                     return fn(x)
             return None
+    elif kind == "struct" and (hit := made.get(id(schema.get("fields")))) is not None \
+            and hit[0] is schema.get("fields"):
+        inner = hit[1]
     elif kind == "struct":
         fields = [(f["field"], scrub_name(f["field"], scrub),
-                   _to_avro(f, f"{path}.{f['field']}" if path else f["field"], scrub),
+                   _to_avro(f, f"{path}.{f['field']}" if path else f["field"], scrub, made),
                    None if f.get("default") is None else from_json(f, f["default"]))
                   for f in schema.get("fields", [])]
 
@@ -568,6 +594,8 @@ def _to_avro(schema: Schema, path: str, scrub: bool) -> ValueFn:
                 x = v.get(field_name)
                 out[avro_field] = fn(default if x is None else x)
             return out
+
+        made[id(schema.get("fields"))] = (schema.get("fields"), inner)
     else:
         def inner(v: Any) -> Any:
             return v
@@ -591,15 +619,29 @@ def _to_avro(schema: Schema, path: str, scrub: bool) -> ValueFn:
     return convert
 
 
-def from_avro_value(schema: Schema) -> ValueFn | None:
+def from_avro_value(schema: Schema, made: dict[int, tuple[Any, ValueFn | None]] | None = None) -> ValueFn | None:
     """A function from what fastavro reads (for the plain_schema of `schema`'s Avro schema) to the Connect
-    value; None where the value is the same (most schemas: records of primitives)."""
+    value; None where the value is the same (most schemas: records of primitives). `made`: a struct's function
+    by its fields (a named type met again shares its struct's fields: made once)."""
+    made = {} if made is None else made
+    fields = schema.get("fields")
+    if schema.get("type") == "struct" and isinstance(fields, list):
+        hit = made.get(id(fields))
+        if hit is not None and hit[0] is fields:
+            return hit[1]
+        fn = _from_avro_value(schema, made)
+        made[id(fields)] = (fields, fn)
+        return fn
+    return _from_avro_value(schema, made)
+
+
+def _from_avro_value(schema: Schema, made: dict[int, tuple[Any, ValueFn | None]]) -> ValueFn | None:
     kind = schema.get("type")
     if schema.get("name") == DECIMAL:
         scale = int((schema.get("parameters") or {}).get("scale", 0))
         return lambda v: decimal_from_bytes(v, scale)
     if kind == "struct" and schema.get("name") == UNION:
-        branches = [(f["field"], f, from_avro_value(f)) for f in schema.get("fields", [])]
+        branches = [(f["field"], f, from_avro_value(f, made)) for f in schema.get("fields", [])]
 
         def union(v: Any) -> Any:
             if isinstance(v, tuple):  # a record member, named by fastavro
@@ -616,7 +658,7 @@ def from_avro_value(schema: Schema) -> ValueFn | None:
 
         return union
     if kind == "struct":
-        todo = [(f["field"], fn) for f in schema.get("fields", []) if (fn := from_avro_value(f)) is not None]
+        todo = [(f["field"], fn) for f in schema.get("fields", []) if (fn := from_avro_value(f, made)) is not None]
         if not todo:
             return None
 
@@ -628,11 +670,11 @@ def from_avro_value(schema: Schema) -> ValueFn | None:
 
         return record
     if kind == "array":
-        fn = from_avro_value(schema["items"])
+        fn = from_avro_value(schema["items"], made)
         return None if fn is None else (lambda v: [x if x is None else fn(x) for x in v])
     if kind == "map":
-        key_fn = from_avro_value(schema["keys"])
-        value_fn = from_avro_value(schema["values"])
+        key_fn = from_avro_value(schema["keys"], made)
+        value_fn = from_avro_value(schema["values"], made)
         if schema["keys"].get("type") != "string" or schema["keys"].get("optional"):
             def entries(v: Any) -> Any:
                 out = {}
@@ -784,7 +826,7 @@ class AvroConverter(Converter):
         hit = self._by_object.get(id(schema))
         if hit is not None and hit[0] is schema:
             return hit[1]
-        text = schema_text(schema, "AvroConverter")
+        text = schema_text(schema, "AvroConverter", shares=True)  # named types: by name
         writer = self._by_text.get(text)
         if writer is None:
             writer = _Writer(schema, scrub=self.config["scrub.invalid.names"])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klog.connect.config import ConfigDef, aliases
-from klog.connect.data import DECIMAL, Schema, primitive, refuse_recursive
+from klog.connect.data import DECIMAL, TREE_PARTS_MAX, Schema, primitive, refuse_recursive
 from klog.connect.errors import ConfigError, DataError
 from klog.connect.java_numbers import java_double, java_float
 
@@ -287,8 +287,9 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
     `lenient` passes a value of the wrong shape through (reading: the payload is what it is); otherwise
     a struct that is not a map is a DataError, so the record goes to the dead letter queue (writing).
     `null(part)` gives a null field's, element's or map value's replacement (None: it stays null).
-    `making`: id of a struct's fields -> the function of that struct being made (a recursive schema's
-    struct holding itself is converted by it, once made)."""
+    `making`: id of a struct's fields -> [the function of that struct, whether made, what was made]: a
+    recursive schema's struct holding itself is converted by the one being made, once made; a struct met
+    again elsewhere (its fields shared: a named type the Avro or Protobuf converter read once) by the same."""
     kind = schema.get("type")
     if schema.get("name") == DECIMAL or kind == "bytes" or kind in _FLOATS:
         return leaf(schema)
@@ -297,13 +298,14 @@ def _compile_walk(schema: Schema, leaf: Callable[[Schema], ValueFn | None], leni
         making = {} if making is None else making
         cell = making.get(id(fields))
         if cell is not None:
-            return lambda v: cell[0](v)
-        cell = making[id(fields)] = [_same]
+            return cell[2] if cell[1] else lambda v: cell[0](v)
+        cell = making[id(fields)] = [_same, False, None]
         try:
             made = _compile_struct(fields, leaf, lenient, null, making)
-        finally:
+        except BaseException:
             del making[id(fields)]
-        cell[0] = made or _same
+            raise
+        cell[0], cell[1], cell[2] = made or _same, True, made
         return made
     if kind == "map" and not _string_keys(schema):
         return _compile_pairs(schema, leaf, lenient, null, making)
@@ -684,7 +686,13 @@ def _schema_json(schema: Schema | None, numeric: bool) -> bytes:
     if hit is not None and hit[0] is schema:
         return hit[1]
     try:
-        data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric), schema, None, False).encode()
+        data = _encode_as_jackson(lambda s, _: _kafka_schema(s, numeric, [TREE_PARTS_MAX], {}), schema, None,
+                                  False).encode()
+    except _TooLarge:  # structs sharing structs (named types met again, as the Avro and Protobuf converters read
+        # them) written out as a tree: Kafka's envelope has no references, so it grows with the paths through them
+        raise DataError(f"JsonConverter takes no schema of more than {TREE_PARTS_MAX} parts written out as a tree "
+                        "(its structs share structs, as named types met again are read): write it with "
+                        "schemas.enable=false") from None
     except RecursionError:  # Kafka's asJsonSchema recurses until its stack overflows (its payload follows the
         # value: a recursive schema's is written with schemas.enable=false). Named once it failed, not checked
         # before: a transform rebuilding a schema per record would pay the walk per record
@@ -703,20 +711,40 @@ _CONNECT_TYPE_NAMES = {"float": "float32", "double": "float64"}
 _PARTS = {"struct": ("fields",), "array": ("items",), "map": ("keys", "values")}
 
 
-def _kafka_schema(schema: Any, numeric: bool) -> Any:
+class _TooLarge(Exception):
+    pass
+
+
+def _kafka_schema(schema: Any, numeric: bool, budget: list[int], made: dict[int, Any]) -> Any:
     """A schema as Kafka's JsonConverter.asJsonSchema writes it: type (FLOAT32 "float", FLOAT64 "double");
     fields, items, or keys and values; optional (false where unsaid); name, version, doc, parameters
     where set; default (as _default_json writes it); and a struct field's name last. A key Kafka does
-    not know goes before the field's name."""
+    not know goes before the field's name. `budget`: the parts left to write (a struct's fields met again,
+    shared, are written again from `made`, their parts counted again: the text is a tree)."""
     if not isinstance(schema, dict):
         return schema
+    budget[0] -= 1  # (what a schema sharing structs expands to is bounded; a tree is written as it is)
+    if budget[0] < 0 and made.get(0):
+        raise _TooLarge
     kind = schema.get("type")
     out = {"type": _KAFKA_TYPE_NAMES.get(kind, kind)}
     for part in _PARTS.get(kind, ()):
         if part in schema:
             inner = schema[part]
-            out[part] = ([_kafka_schema(f, numeric) for f in inner] if isinstance(inner, list)
-                         else _kafka_schema(inner, numeric))
+            if not isinstance(inner, list):
+                out[part] = _kafka_schema(inner, numeric, budget, made)
+                continue
+            hit = made.get(id(inner))
+            if hit is not None and hit[0] is inner:
+                budget[0] -= hit[2]
+                made[0] = True  # (no list has id 0) a part shared: what it expands to is bounded
+                if budget[0] < 0:
+                    raise _TooLarge
+                out[part] = hit[1]
+                continue
+            before = budget[0]
+            out[part] = [_kafka_schema(f, numeric, budget, made) for f in inner]
+            made[id(inner)] = (inner, out[part], before - budget[0])
     out["optional"] = schema.get("optional", False)
     for key in ("name", "version", "doc", "parameters"):
         if schema.get(key) is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 Schema = dict[str, Any]
 Headers = list[tuple[str, bytes | None]]
@@ -140,7 +140,7 @@ def infer_schema(value: Any) -> Schema | None:
 # its builder's fields. The walks that expand a schema as a tree refuse it (recursive_struct); the ones that
 # follow a value, or compile a schema with what they met on the way, take it.
 _PARTS = ("fields", "items", "keys", "values")
-_RECURSIVE: dict[int, tuple[Any, str | None]] = {}
+_RECURSIVE: dict[int, tuple[Any, Shape]] = {}
 _RECURSIVE_MAX = 4096
 
 
@@ -148,16 +148,52 @@ def recursive_struct(schema: Any) -> str | None:
     """The name of a struct in `schema` that holds itself ("an unnamed struct" for one without a name), None
     where none does. Each dict and list is walked once, without recursion (a deep schema overflows no stack);
     cached by the schema object (a connector reuses its schemas)."""
+    return _shape(schema).recursive
+
+
+class Shape(NamedTuple):
+    """What one walk of a schema finds: the struct holding itself (None: none does), whether a part of it is
+    reached twice (a struct's fields shared by two fields: the Avro and Protobuf converters read a named type
+    met again so), and how many dicts and lists it is as a tree (a walk expanding it meets that many)."""
+
+    recursive: str | None
+    shared: bool
+    tree_parts: int
+
+
+def _shape(schema: Any) -> Shape:
     if not isinstance(schema, dict):
-        return None
+        return Shape(None, False, 0)
     hit = _RECURSIVE.get(id(schema))
     if hit is not None and hit[0] is schema:
         return hit[1]
-    found = _cycle_of(schema)
+    parts = _tree_parts(schema)
+    found = Shape(None, False, parts) if parts is not None else _cycle_of(schema)
     if len(_RECURSIVE) >= _RECURSIVE_MAX:
         _RECURSIVE.clear()
     _RECURSIVE[id(schema)] = (schema, found)  # kept alive: its id is not reused meanwhile
     return found
+
+
+def _tree_parts(schema: Schema) -> int | None:
+    """The dicts and lists of a schema that is a tree (most are); None where one is reached twice (shared, or
+    a struct holding itself: then _cycle_of tells which). A tight walk: a writer keys each new schema object
+    with it (a transform may rebuild one per record)."""
+    seen: set[int] = set()
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return None
+        seen.add(id(node))
+        if isinstance(node, list):
+            stack += [x for x in node if isinstance(x, dict | list)]
+            continue
+        for part in _PARTS:
+            child = node.get(part)
+            if isinstance(child, dict | list):
+                stack.append(child)
+    return len(seen)
 
 
 def _children(node: Any) -> list:
@@ -166,27 +202,34 @@ def _children(node: Any) -> list:
     return [node[p] for p in _PARTS if isinstance(node.get(p), dict | list)]
 
 
-def _cycle_of(schema: Schema) -> str | None:
+def _cycle_of(schema: Schema) -> Shape:
     on_path: set[int] = set()
-    done: set[int] = set()
-    stack = [(schema, iter(_children(schema)))]
+    parts: dict[int, int] = {}  # id of a dict or list walked -> its parts as a tree (itself included)
+    shared = False
+    stack = [(schema, iter(_children(schema)), [1])]
     on_path.add(id(schema))
     while stack:
-        node, todo = stack[-1]
+        node, todo, count = stack[-1]
         child = next(todo, None)
         if child is None:
             stack.pop()
             on_path.discard(id(node))
-            done.add(id(node))
+            parts[id(node)] = count[0]
+            if stack:
+                stack[-1][2][0] += count[0]
             continue
         if id(child) in on_path:  # the struct met again (a struct copied around shared fields: that struct)
             owner = child if isinstance(child, dict) and child.get("type") == "struct" else \
                 node if isinstance(node, dict) else stack[-2][0] if len(stack) > 1 else {}
-            return str(owner.get("name") or "an unnamed struct")
-        if id(child) not in done:
+            return Shape(str(owner.get("name") or "an unnamed struct"), True, 0)
+        known = parts.get(id(child))
+        if known is not None:
+            shared = True
+            count[0] += known
+        else:
             on_path.add(id(child))
-            stack.append((child, iter(_children(child))))
-    return None
+            stack.append((child, iter(_children(child)), [1]))
+    return Shape(None, shared, parts[id(schema)])
 
 
 def refuse_recursive(schema: Any, what: str) -> None:
@@ -199,47 +242,67 @@ def refuse_recursive(schema: Any, what: str) -> None:
                         "message holding its own type, as ProtobufConverter reads them)")
 
 
-def schema_text(schema: Any, what: str) -> str:
-    """A schema's JSON (keys sorted), a writer's cache key; a recursive schema (json's "Circular reference detected")
-    or one nested deeper than Python's stack is a DataError naming `what` refuses it. (Checked once it failed, not
-    before: a transform rebuilding a schema per record would pay the walk per record.)"""
-    import json
+TREE_PARTS_MAX = 200_000  # dicts and lists of a schema written out as a tree (4 a field of 50,000 fields)
 
-    try:
-        return json.dumps(schema, sort_keys=True, default=str)
-    except (ValueError, RecursionError):
+
+def schema_text(schema: Any, what: str, shares: bool = False) -> str:
+    """A schema's JSON (keys sorted), a writer's cache key; a recursive schema or one nested deeper than Python's
+    stack is a DataError naming `what` refuses it. A schema with shared parts (named types met again, as the Avro
+    and Protobuf converters read them) is keyed in the size of its dicts and lists (schema_key), not of the tree
+    it expands to, which past TREE_PARTS_MAX `what` refuses unless it `shares` them too (Avro's named types)."""
+    shape = _shape(schema)
+    if shape.recursive is not None:
         refuse_recursive(schema, what)
-        from klog.connect.errors import DataError
+    if shape.shared and not shares and shape.tree_parts > TREE_PARTS_MAX:
+        raise _data_error(f"{what} takes no schema of more than {TREE_PARTS_MAX} parts written out as a tree "
+                          f"({shape.tree_parts}: its structs share structs, as named types met again are read)")
+    return _key(schema, f"{what}: a schema nested too deeply for klog (deeper than Python's stack)")
 
-        raise DataError(f"{what}: a schema nested too deeply for klog (deeper than Python's stack)") from None
+
+def _data_error(message: str) -> Exception:
+    from klog.connect.errors import DataError
+
+    return DataError(message)
 
 
 def schema_key(schema: Any) -> str:
     """A schema's JSON (keys sorted) as a cache key, a recursive one's too: where a struct's fields (or any part)
-    are those of one around it, they are {"recursive": <levels up>}."""
+    are those of one around it, they are {"recursive": <levels up>}; a part met again elsewhere (a shared struct)
+    is {"shared": <its place among the parts met before>}, so the key grows with the parts, not the tree."""
+    return _key(schema, "a Connect schema nested too deeply for klog (deeper than Python's stack)")
+
+
+def _key(schema: Any, too_deep: str) -> str:
     import json
 
-    try:
-        return json.dumps(schema, sort_keys=True, default=str)
-    except ValueError:  # Circular reference detected
-        pass
-    except RecursionError:
-        from klog.connect.errors import DataError
+    if isinstance(schema, dict) and not _shape(schema).shared:
+        try:
+            return json.dumps(schema, sort_keys=True, default=str)
+        except RecursionError:
+            raise _data_error(too_deep) from None
+    path: dict[int, int] = {}  # ids of the dicts and lists around the one being copied -> their depth
+    index: dict[int, int] = {}  # ids of the dicts and lists met -> their place in the order they were met
 
-        raise DataError("a Connect schema nested too deeply for klog (deeper than Python's stack)") from None
-    path: list[int] = []  # ids of the dicts and lists around the one being copied
-
-    def acyclic(node: Any) -> Any:
+    def copy(node: Any) -> Any:
         if not isinstance(node, dict | list):
             return node
-        if id(node) in path:
-            return {"recursive": len(path) - path.index(id(node))}
-        path.append(id(node))
+        depth = path.get(id(node))
+        if depth is not None:
+            return {"recursive": len(path) - depth}
+        seen = index.get(id(node))
+        if seen is not None:
+            return {"shared": seen}
+        index[id(node)] = len(index)
+        path[id(node)] = len(path)
         try:
             if isinstance(node, list):
-                return [acyclic(x) for x in node]
-            return {k: acyclic(v) if k in _PARTS else v for k, v in node.items()}
+                return [copy(x) for x in node]
+            return {k: copy(v) if k in _PARTS else v for k, v in node.items()}
         finally:
-            path.pop()
+            del path[id(node)]
 
-    return json.dumps(acyclic(schema), sort_keys=True, default=str)
+    try:
+        return json.dumps(copy(schema), sort_keys=True, default=str)
+    except RecursionError:
+        raise _data_error(too_deep) from None
+

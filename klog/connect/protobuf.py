@@ -76,6 +76,7 @@ DECIMAL_TYPE, DATE_TYPE, TIME_TYPE, TIMESTAMP_TYPE = (
     "confluent.type.Decimal", "google.type.Date", "google.type.TimeOfDay", "google.protobuf.Timestamp")
 LOGICAL_TYPES = {DECIMAL: DECIMAL_TYPE, DATE: DATE_TYPE, TIME: TIME_TYPE, TIMESTAMP: TIMESTAMP_TYPE}
 MESSAGE_DEPTH_MAX = 100  # messages nested below the root: Protobuf's parsers' recursion limit (Java's, upb's)
+READERS_MAX = 4096  # structs' compiled readers (or writers) kept by a converter, shared structs' reused
 CONNECT_FIELDS_MAX = 50_000  # fields of a read schema's Connect schema, nested ones counted (Debezium's widest: ~10k)
 TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01T00:00:00Z, 9999-12-31T23:59:59Z
 WRAPPERS_FILE = "google/protobuf/wrappers.proto"
@@ -197,6 +198,12 @@ class _ToProto:
         self.scope: list[proto.Message] = []  # the messages being made (map entries too), outermost first
         # each field naming an enclosing message: (the field, the messages around it, the message it names)
         self.back: list[tuple[proto.Field, list[proto.Message], proto.Message]] = []
+        # the structs whose messages are made: id of their fields -> (the fields, the messages down to theirs). A
+        # struct met again elsewhere (its fields shared: a named type the Avro or Protobuf converter read once) is
+        # a field of that message's type by its full name, not another copy: the schema grows with its structs,
+        # not with the paths through them (Confluent's copies it into each message holding it)
+        self.made: dict[int, tuple[list[Schema], list[proto.Message]]] = {}
+        self.elsewhere: list[tuple[proto.Field, list[proto.Message]]] = []  # fields naming such a message
 
     def file(self, schema: Schema) -> ProtoOfConnect:
         namespace, name = self._split(self._name_or_default(schema.get("name")))
@@ -204,6 +211,8 @@ class _ToProto:
         out.types.append(self._message(name, schema))
         out.imports = self.imports
         self._qualify(namespace)
+        for named, path in self.elsewhere:
+            named.type = "." + ".".join([*([namespace] if namespace else []), *(m.name for m in path)])
         return ProtoOfConnect(out, proto.canonical_text(out), f"{namespace}.{name}" if namespace else name)
 
     def _name_or_default(self, name: str | None) -> str:
@@ -248,6 +257,7 @@ class _ToProto:
             if made is not None:
                 message.fields.append(made)
         del self.open[id(fields)]
+        self.made[id(fields)] = (fields, list(self.scope))
         self.scope.pop()
         return message
 
@@ -266,6 +276,12 @@ class _ToProto:
             back = proto.Field(name, tag, around.name, label)
             self.back.append((back, list(self.scope), around))
             return back
+        made = self.made.get(id(schema.get("fields"))) if schema.get("type") == "struct" else None
+        if made is not None and made[0] is schema.get("fields") and not is_union(schema) \
+                and (len(made[1]) < 2 or made[1][-2] is not parent):  # (in the same one: by name, as Confluent's)
+            elsewhere = proto.Field(name, tag, made[1][-1].name, label)
+            self.elsewhere.append((elsewhere, made[1]))
+            return elsewhere
         params: dict[str, str] = {}
         kind = self._data_type(schema, name, params, oneof_member)
         if schema.get("type") == "struct" and is_union(schema):
@@ -391,6 +407,8 @@ class _ToMessage:
         # (id of a struct's fields, message) -> its setter once made: a recursive schema's struct holding itself
         # is written by the setter being made
         self._making: dict[tuple[int, str], list[Setter]] = {}
+        # the same once made: a struct met again elsewhere (its fields shared) is written by the same setter
+        self._made: dict[tuple[int, str], tuple[list[Schema], Setter]] = {}
         self.recursive = False  # a struct held itself: its values' depth is counted (_nested)
         self._depth = threading.local()  # the message level a thread is writing at (with `recursive`)
 
@@ -401,12 +419,17 @@ class _ToMessage:
         if not self.recursive or self._counting:
             return write
         self._counting = True  # made again, each message level counted: a value as deep as it likes is refused
+        self._made.clear()
         return self.root(schema, descriptor)
 
     _counting = False
 
     def struct(self, schema: Schema, descriptor: Any) -> Setter:
-        key = (id(schema.get("fields")), descriptor.full_name)
+        fields = schema.get("fields")
+        key = (id(fields), descriptor.full_name)
+        made = self._made.get(key)
+        if made is not None and made[0] is fields:
+            return made[1]
         making = self._making.get(key)
         if making is not None:  # the struct holds itself: what writes it is being made, and called once made
             self.recursive = True
@@ -417,6 +440,7 @@ class _ToMessage:
         finally:
             del self._making[key]
         making[0] = write = self._nested(write) if self._counting else write
+        self._made[key] = (fields, write)
         return write
 
     def _nested(self, write: Setter) -> Setter:
@@ -738,12 +762,18 @@ class _ToConnect:
         # the messages whose structs are being made -> their fields (what a field of that message again shares: a
         # recursive schema, as Confluent's SchemaWrapper) and whether such a field made it optional
         self.open: dict[str, tuple[list[Schema], list[bool]]] = {}
+        # the messages whose structs root() made already -> their fields: a message met again anywhere (not only
+        # inside itself) shares them, as Confluent's ToConnectContext keeps one struct per message full name, so
+        # messages holding each other cost their own fields once, not a tree of every path through them
+        self.made: dict[str, list[Schema]] = {}
         self.fields_made = 0  # by the root() being made
         # a message's full name -> its _optional_names (asked for its schema and for its reader)
         self._optional: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         # (id of a struct's fields, message) -> its reader once made: a recursive schema's struct holding itself
         # is read by the reader being made (a message's depth is bounded by the parser's: MESSAGE_DEPTH_MAX)
         self._making: dict[tuple[int, str], list[Callable[[Any], Any]]] = {}
+        # the same once made: a struct met again (its fields shared) is read by the same reader
+        self._readers: dict[tuple[int, str], tuple[list[Schema], Callable[[Any], Any]]] = {}
         self._depth = threading.local()  # with generate.struct.for.nulls: the back references a read went through
 
     def optional_names(self, descriptor: Any) -> tuple[frozenset[str], frozenset[str]]:
@@ -755,6 +785,7 @@ class _ToConnect:
     def root(self, descriptor: Any, version: int | None) -> Schema:
         self.fields_made = 0
         self.open.clear()  # (what a failed root() left open)
+        self.made.clear()
         unwrapped = UNWRAPPED.get(descriptor.full_name) if self.options.wrapper_for_raw_primitives else None
         out = {"type": unwrapped, "optional": False} if unwrapped else self.struct(descriptor)
         if version is not None:
@@ -768,6 +799,9 @@ class _ToConnect:
         if around is not None:  # a message holding itself: its struct's fields, not made again (ToConnectContext)
             around[1][0] = True  # SchemaWrapper.optional() makes the struct it wraps optional
             return {"type": "struct", "fields": around[0], "optional": True, "name": name}
+        made = self.made.get(full)
+        if made is not None:  # made already elsewhere: its fields shared (a field's struct is optional)
+            return {"type": "struct", "fields": made, "optional": True, "name": name}
         fields: list[Schema] = []
         optional = [False]
         self.open[full] = (fields, optional)
@@ -784,6 +818,7 @@ class _ToConnect:
                 continue
             fields.append({**self.field(fd, False, fd.name in keyword), "field": fd.name})
         del self.open[full]
+        self.made[full] = fields
         return _ordered({"type": "struct", "fields": fields, "optional": optional[0], "name": name})
 
     def union(self, oneof: Any) -> Schema:
@@ -798,7 +833,7 @@ class _ToConnect:
         return _ordered(out)
 
     def field(self, fd: Any, oneof_member: bool, optional_keyword: bool = False) -> Schema:
-        # a message held by two fields is two subtrees: a schema doubling at each level is exponential
+        # each message's fields are made once (shared where met again): more than this is a schema too large
         self.fields_made += 1
         if self.fields_made > CONNECT_FIELDS_MAX:
             raise DataError(f"a Connect schema of more than {CONNECT_FIELDS_MAX} fields in all (nested ones "
@@ -877,7 +912,11 @@ class _ToConnect:
         return (lambda m: m.value) if inner is None else (lambda m: inner(m.value))
 
     def _struct_reader(self, schema: Schema, descriptor: Any) -> Callable[[Any], dict[str, Any]]:
-        key = (id(schema.get("fields")), descriptor.full_name)
+        fields = schema.get("fields")
+        key = (id(fields), descriptor.full_name)
+        made = self._readers.get(key)
+        if made is not None and made[0] is fields:
+            return made[1]
         making = self._making.get(key)
         if making is not None:  # the struct holds itself: what reads it is being made, and called once made
             return self._endless(making, descriptor.full_name) if self.options.struct_for_nulls else \
@@ -887,6 +926,9 @@ class _ToConnect:
             making[0] = read = self._make_struct_reader(schema, descriptor)
         finally:
             del self._making[key]
+        if len(self._readers) >= READERS_MAX:
+            self._readers.clear()
+        self._readers[key] = (fields, read)  # the fields kept alive: their id is not reused meanwhile
         return read
 
     def _endless(self, making: list[Callable[[Any], Any]], full: str) -> Callable[[Any], Any]:

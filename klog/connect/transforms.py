@@ -21,6 +21,7 @@ from klog.connect.data import (
     DATE,
     TIME,
     TIMESTAMP,
+    TREE_PARTS_MAX,
     ConnectRecord,
     Schema,
     fields_by_name,
@@ -244,6 +245,10 @@ class HoistField(Transform):
                              {name: value})
 
 
+class _TooLarge(Exception):
+    pass
+
+
 class Flatten(Transform):
     """Nested structs (maps without a schema) flattened into one level, their names joined by `delimiter`;
     a field under an optional struct is optional, as Kafka's Flatten makes it. Arrays and maps with a
@@ -262,7 +267,11 @@ class Flatten(Transform):
         fields: list[Schema] = []
         out = {}
         try:
-            self._flat_struct(schema, value, "", schema.get("optional", False), fields, out)
+            self._flat_struct(schema, value, "", schema.get("optional", False), fields, out, [TREE_PARTS_MAX, set()])
+        except _TooLarge:  # structs sharing structs (named types met again, as the Avro and Protobuf converters
+            # read them): flattened, a field per path through them
+            raise DataError(f"Flatten takes no schema of more than {TREE_PARTS_MAX} fields flattened (its structs "
+                            "share structs, as named types met again are read)") from None
         except RecursionError:  # a struct holding itself as a struct field (Kafka's recurses until its stack
             # overflows; through a map or an array, as google.protobuf.Struct's, it is kept whole: flattened)
             refuse_recursive(schema, "Flatten")
@@ -280,13 +289,23 @@ class Flatten(Transform):
                 out[self._name(prefix, name)] = v
 
     def _flat_struct(self, schema: Schema, value: dict | None, prefix: str, optional: bool, fields: list,
-                     out: dict) -> None:
-        for f in schema.get("fields", []):
+                     out: dict, budget: list) -> None:
+        """`budget`: [the fields left to flatten, the ids of the fields lists met]: past it, where a struct's fields
+        were met twice (shared), _TooLarge (a tree is flattened as it is)."""
+        fields_of = schema.get("fields") or []
+        budget[0] -= len(fields_of) + 1
+        if fields_of:
+            if id(fields_of) in budget[1]:
+                budget[1].add(0)  # (no list has id 0) a part shared
+            budget[1].add(id(fields_of))
+        if budget[0] < 0 and 0 in budget[1]:
+            raise _TooLarge
+        for f in fields_of:
             name = self._name(prefix, f["field"])
             is_optional = optional or f.get("optional", False)
             child = None if value is None else value.get(f["field"])
             if f.get("type") == "struct":
-                self._flat_struct(f, child, name, is_optional, fields, out)
+                self._flat_struct(f, child, name, is_optional, fields, out, budget)
                 continue
             fields.append({**{k: v for k, v in f.items() if k not in ("field", "optional")},
                            "optional": is_optional, "field": name})
