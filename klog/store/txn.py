@@ -226,6 +226,9 @@ INDEX_LISTING_AHEAD = 16  # segments ahead of a walk from which one listing beat
 # the `.log` files the event loop looks at (an lstat each) to trust a read_committed view whose
 # folder changed just before its last refresh (a roll, a new topic); more: the thread pool refreshes
 INLINE_FILE_LOOKS_MAX = 8
+# the event loop looks at a view's folder (known_lso: an lstat, ~3-6 us here) at most once in this
+# many seconds: another process's cleaning is noticed within it, as its appends are (the watcher)
+INLINE_FOLDER_LOOK_S = 0.02
 
 
 class StableView:
@@ -278,6 +281,7 @@ class StableView:
         # (inode, change time, settled) of the folder as the last refresh found it before its
         # listing (settled: a change after that look got another change time); None: unknown
         self._folder: tuple[int, int, bool] | None = None
+        self._looked_until = 0.0  # (time.monotonic) known_lso trusts the folder unchanged until then
 
     def _add_aborted(self, entry: AbortedTxn) -> None:
         key = (entry.producer_id, entry.last_offset)
@@ -319,6 +323,9 @@ class StableView:
         folder: as that refresh found it, and settled then, nothing was renamed into it since. A
         change time not settled then proves nothing: the files themselves are looked at, when
         few (INLINE_FILE_LOOKS_MAX), else the answer is no."""
+        now = time.monotonic()
+        if now < self._looked_until:
+            return True  # (looked at less than INLINE_FOLDER_LOOK_S ago)
         seen = self._folder
         if seen is None:
             return False
@@ -328,7 +335,10 @@ class StableView:
             return False
         if found.st_ino != seen[0] or found.st_ctime_ns != seen[1]:
             return False
-        return seen[2] or (len(self._walked) <= INLINE_FILE_LOOKS_MAX and not self._rewritten_since_walked())
+        if not seen[2] and (len(self._walked) > INLINE_FILE_LOOKS_MAX or self._rewritten_since_walked()):
+            return False
+        self._looked_until = now + INLINE_FOLDER_LOOK_S
+        return True
 
     def _rewritten_since_walked(self) -> bool:
         """Is a `.log` the walk read another file now (another process's cleaning swapped it)?
@@ -404,7 +414,7 @@ class StableView:
                 self._walk_cut(segment, bound)
             self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
-        self._folder = folder
+        self._folder, self._looked_until = folder, 0.0
         return self._lso
 
     def _skip_absent_indexes(self, bases: list[int]) -> None:
@@ -499,8 +509,8 @@ class StableView:
         anything: None unless that refresh walked every batch below `bound` (the high watermark only
         grows: nothing appended since) in the segment file it still reads (none replaced or
         deleted), and the folder is as that refresh found it (no cleaning swapped a segment in
-        since, in any process: one lstat). For the event loop, which must not list folders or
-        read headers."""
+        since, in any process: one lstat, at most every INLINE_FOLDER_LOOK_S). For the event loop,
+        which must not list folders or read headers."""
         base = self._scan_base
         segment = self.replica.segments.get(base) if base is not None else None
         if segment is None or self._next_offset < bound or segment._log_inode != self._scan_ino:

@@ -15,7 +15,7 @@ import pytest
 
 import klog
 from klog.broker import lifecycle
-from klog.store.txn import StableView
+from klog.store.txn import INLINE_FOLDER_LOOK_S, StableView
 from tests.broker.test_compaction import clock_at
 from tests.broker.test_compaction_gaps_review import COMPACTED, _batch_headers, _write_keys
 from tests.klog_processes import run_klog
@@ -100,8 +100,11 @@ def test_a_read_committed_view_notices_a_cleaning_swapped_in_by_another_store(st
     view = StableView(part.leader)
     assert view.refresh(hw) == hw and [(a.producer_id, a.first_offset) for a in view.aborted_between(0, hw)] == [
         (pid, 0)]
+    time.sleep(INLINE_FOLDER_LOOK_S)
+    assert view.known_lso(hw) == hw  # (the event loop's look: nothing changed)
     _compact_elsewhere(data_dir, int(time.time() * 1000) + 1000)
     assert 1 not in {h.base_offset for h in _batch_headers(store, "t")}, "the marker is gone"
+    time.sleep(INLINE_FOLDER_LOOK_S)
     assert view.known_lso(hw) is None, "the event loop's look must not trust the old walk"
     assert view.refresh(hw) == hw and view.aborted_between(0, hw) == []
 
