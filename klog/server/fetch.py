@@ -26,6 +26,7 @@ authorized are the session's, every time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from klog.server import pagecache
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.fetch_response import encode, encode_one
-from klog.server.fetch_sessions import FINAL_EPOCH, cache_of, new_context
+from klog.server.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, cache_of, new_context
 from klog.server.throttle import fetch_max_bytes
 from klog.store import topic_read
 from klog.store.names import validate_topic_name
@@ -488,11 +489,46 @@ def _close(answers: list[TopicAnswer]) -> None:
                 p.range.close()
 
 
+def _distinct(request: Any) -> Any:
+    """The request with each partition named once, as Kafka's FetchRequest.fetchData reads it (a
+    LinkedHashMap of topic and partition): a partition named again takes the later entry's fields
+    (fetch offset, max bytes, epochs) in the place where it was first named; consecutive
+    partitions of one topic make one topic entry. `request` itself when it names none twice (the
+    usual: one look per partition, nothing built)."""
+    topics = request.topics
+    if len(topics) == 1 and len(topics[0].partitions) <= 1:
+        return request  # (a consumer's usual Fetch)
+    by_id = bool(topics) and hasattr(topics[0], "topic_id")
+    if (len({t.topic_id if by_id else t.topic for t in topics}) == len(topics)
+            and all(len({p.partition for p in t.partitions}) == len(t.partitions) for t in topics)):
+        return request  # (each topic named once, each of its partitions once: ~3 us for 100 partitions)
+    first: dict[tuple[Any, int], int] = {}
+    order: list[list[Any]] = []  # [topic entry, its key, partition entry], each partition once
+    for t in topics:
+        key = t.topic_id if by_id else t.topic
+        for p in t.partitions:
+            at = first.setdefault((key, p.partition), len(order))
+            if at == len(order):
+                order.append([t, key, p])
+            else:
+                order[at][2] = p  # (the last named wins, in the first one's place)
+    runs: list[tuple[Any, Any, list[Any]]] = []
+    for t, key, p in order:
+        if runs and runs[-1][1] == key:
+            runs[-1][2].append(p)
+        else:
+            runs.append((t, key, [p]))
+    return dataclasses.replace(request, topics=tuple(dataclasses.replace(t, partitions=tuple(ps))
+                                                     for t, _, ps in runs))
+
+
 @register(FETCH, 0, MAX_VERSION)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     response_type = response_schema(FETCH, version)  # (cached per version)
     context = None
+    if version < 7 or int(request.session_epoch) in (FINAL_EPOCH, INITIAL_EPOCH):
+        request = _distinct(request)  # a full fetch (a session's incremental one: FetchSession.update's map)
     if version >= 7 and (int(request.session_epoch) != FINAL_EPOCH or int(request.session_id) != 0):
         context = new_context(cache_of(ctx.server), request, version, ctx.share_key, time.monotonic(), ctx.log)
         if context.error:  # (Kafka's SessionErrorContext: nothing read, no session named)

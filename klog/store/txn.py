@@ -19,6 +19,7 @@ import bisect
 import os
 import stat
 import struct
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -222,6 +223,12 @@ def batch_event(read, pos: int, header, path: str | None = None) -> int | None: 
 
 
 INDEX_LISTING_AHEAD = 16  # segments ahead of a walk from which one listing beats a failed open each
+# the `.log` files the event loop looks at (an lstat each) to trust a read_committed view whose
+# folder changed just before its last refresh (a roll, a new topic); more: the thread pool refreshes
+INLINE_FILE_LOOKS_MAX = 8
+# the event loop looks at a view's folder (known_lso: an lstat, ~3-6 us here) at most once in this
+# many seconds: another process's cleaning is noticed within it, as its appends are (the watcher)
+INLINE_FOLDER_LOOK_S = 0.02
 
 
 class StableView:
@@ -234,7 +241,15 @@ class StableView:
     come from the ABORT markers, joined with each segment's `.txnindex` (a Kafka log compacted
     after its transactions may keep the range there only). A segment that shrank or was replaced
     (truncation, a swap) starts the walk over; segments deleted from the front (retention) only
-    drop the ranges that ended before the new log start."""
+    drop the ranges that ended before the new log start.
+
+    A cleaning swaps rewritten files in for sealed segments the walk is long past. This process's
+    cleaner says so (segments_rewritten); another process's (`klog topics compact` beside `klog
+    serve`) is noticed by the folder's change time, as a writer notices another's changes (the
+    replica state file's trust record, klog.store.log): while the folder is as the last refresh
+    found it, no file in it was replaced; once it changed (a roll, retention, a swap), the `.log`
+    files walked are looked at again (one lstat each), and one that is another file now starts
+    the walk over."""
 
     def __init__(self, replica) -> None:  # noqa: ANN001 - PartitionLog
         self.replica = replica
@@ -262,6 +277,11 @@ class StableView:
         self._unconfirmed: dict[int, list[AbortedTxn]] = {}
         self._lso = 0
         self._front = 0  # the first segment as of the last refresh
+        self._walked: dict[int, int] = {}  # base offset -> inode of the `.log` the walk read
+        # (inode, change time, settled) of the folder as the last refresh found it before its
+        # listing (settled: a change after that look got another change time); None: unknown
+        self._folder: tuple[int, int, bool] | None = None
+        self._looked_until = 0.0  # (time.monotonic) known_lso trusts the folder unchanged until then
 
     def _add_aborted(self, entry: AbortedTxn) -> None:
         key = (entry.producer_id, entry.last_offset)
@@ -285,10 +305,66 @@ class StableView:
             del self.aborted_txns[:cut]
         self._indexed = {b for b in self._indexed if b >= log_start_base}
 
+    def _folder_look(self) -> tuple[int, int, bool] | None:
+        """The folder's (inode, change time) now, and whether that change time is settled (a
+        change after this look gets another: klog.store.log._settled); None: no folder."""
+        from klog.store.log import _change_ns, _settled
+
+        before = time.time_ns()
+        try:
+            found = os.lstat(self.replica.directory)
+        except OSError:
+            return None
+        changed = _change_ns(found)
+        return found.st_ino, changed, _settled(changed, before)
+
+    def _unchanged_since_refresh(self) -> bool:
+        """Is every `.log` the last refresh walked still the file it read? One lstat of the
+        folder: as that refresh found it, and settled then, nothing was renamed into it since. A
+        change time not settled then proves nothing: the files themselves are looked at, when
+        few (INLINE_FILE_LOOKS_MAX), else the answer is no."""
+        now = time.monotonic()
+        if now < self._looked_until:
+            return True  # (looked at less than INLINE_FOLDER_LOOK_S ago)
+        seen = self._folder
+        if seen is None:
+            return False
+        try:
+            found = os.lstat(self.replica.directory)
+        except OSError:
+            return False
+        if found.st_ino != seen[0] or found.st_ctime_ns != seen[1]:
+            return False
+        if not seen[2] and (len(self._walked) > INLINE_FILE_LOOKS_MAX or self._rewritten_since_walked()):
+            return False
+        self._looked_until = now + INLINE_FOLDER_LOOK_S
+        return True
+
+    def _rewritten_since_walked(self) -> bool:
+        """Is a `.log` the walk read another file now (another process's cleaning swapped it)?
+        A segment no longer listed is forgotten (retention deleted it, a cleaning merged it into
+        the segment before it, whose file is then another)."""
+        walked = self._walked
+        segments = self.replica.segments
+        for base in [b for b in walked if b not in segments]:
+            del walked[base]
+        for base, inode in walked.items():
+            try:
+                found = os.lstat(segments[base].log_path).st_ino
+            except FileNotFoundError:
+                continue  # deleted since the listing: the next one drops it
+            if found != inode:
+                return True
+        return False
+
     def refresh(self, bound: int) -> int:
         """Walk the batches below `bound` not walked yet; returns the last stable offset."""
         replica = self.replica
+        folder = self._folder_look()  # (before the listing: a change after it gets another change time)
         replica.refresh_segments()
+        seen = self._folder
+        if (folder is None or seen is None or not seen[2] or folder[:2] != seen[:2]) and self._rewritten_since_walked():
+            self._reset()
         bases = replica.bases
         if not bases:
             self._reset()
@@ -326,6 +402,7 @@ class StableView:
             if replaced:
                 self._reset()  # truncated or replaced: walk everything again
                 return self.refresh(bound)
+            self._walked[base] = inode
             at = bisect.bisect_right(bases, base)  # (not a scan of `bases` per segment: O(segments^2) on a first walk)
             if stopped:
                 break
@@ -337,6 +414,7 @@ class StableView:
                 self._walk_cut(segment, bound)
             self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
+        self._folder, self._looked_until = folder, 0.0
         return self._lso
 
     def _skip_absent_indexes(self, bases: list[int]) -> None:
@@ -430,10 +508,14 @@ class StableView:
         """The last stable offset below `bound` as the last refresh left it, without reading
         anything: None unless that refresh walked every batch below `bound` (the high watermark only
         grows: nothing appended since) in the segment file it still reads (none replaced or
-        deleted). For the event loop, which must not list folders or read headers."""
+        deleted), and the folder is as that refresh found it (no cleaning swapped a segment in
+        since, in any process: one lstat, at most every INLINE_FOLDER_LOOK_S). For the event loop,
+        which must not list folders or read headers."""
         base = self._scan_base
         segment = self.replica.segments.get(base) if base is not None else None
         if segment is None or self._next_offset < bound or segment._log_inode != self._scan_ino:
+            return None
+        if not self._unchanged_since_refresh():
             return None
         return self._first_unstable(bound)
 

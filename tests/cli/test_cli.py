@@ -124,7 +124,7 @@ def test_topics_lifecycle_json(cli):
     p3 = desc["partitions"][3]
     assert (p3["high_watermark"], p3["log_end_offset"], p3["segments"], p3["isr"]) == (1, 1, 1, [0])
     listed = [json.loads(x) for x in cli("topics", "list", "--json").stdout.splitlines()]
-    assert listed == [{"topic": "life", "partitions": 4, "replication_factor": 1, "records": 1,
+    assert listed == [{"topic": "life", "partitions": 4, "replication_factor": 1, "offsets": 1,
                        "size_bytes": desc["partitions"][3]["size_bytes"]}]
     assert cli("topics", "alter", "life", "--delete-config", "retention.ms").exit_code == 0
     assert json.loads(cli("topics", "describe", "life", "--json").stdout)["configs"] == {"segment.bytes": "100000"}

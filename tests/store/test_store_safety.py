@@ -57,7 +57,7 @@ def test_reads_work_on_a_read_only_store_and_writes_say_why_not(cli, klog_proc, 
         (["verify"], ""), (["offsets", "t"], ""), (["produce", "t"], "d\n")])
     consume, listing, describe, verify, offsets, produce = results
     assert consume[:2] == [0, "a\nb\nc\n"], consume
-    assert listing[0] == 0 and json.loads(listing[1])["records"] == 3, listing
+    assert listing[0] == 0 and json.loads(listing[1])["offsets"] == 3, listing
     assert describe[0] == 0 and verify[0] == 0 and offsets[0] == 0, (describe, verify, offsets)
     assert produce[0] == 1 and produce[2] == f"klog: error: data directory {data_dir} is not writable\n", produce
 
