@@ -170,15 +170,33 @@ def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path
 
 
 class RecoveryResult(Plain):
-    """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
+    """What LogSegment.recover found: valid bytes kept, bytes cut, and why; `kept`: the damaged
+    batches below the acknowledged end it left in place (KeptDamage), valid batches after each."""
 
-    _fields = ("valid_bytes", "truncated_bytes", "next_offset", "reason")
+    _fields = ("valid_bytes", "truncated_bytes", "next_offset", "reason", "kept")
 
-    def __init__(self, valid_bytes: int, truncated_bytes: int, next_offset: int | None, reason: str | None) -> None:
+    def __init__(self, valid_bytes: int, truncated_bytes: int, next_offset: int | None, reason: str | None,
+                 kept: list[KeptDamage] | None = None) -> None:
         self.valid_bytes = valid_bytes
         self.truncated_bytes = truncated_bytes
         self.next_offset = next_offset
         self.reason = reason
+        self.kept = [] if kept is None else kept
+
+
+class KeptDamage(Plain):
+    """A damaged batch recovery left in the segment: its bytes [position, resumed_at) hold the
+    acknowledged offset `first_missing` on, and a provably valid batch starts at `resumed_at`
+    (resume.resume_after), at offset `resumed_offset`; `problem` says what is wrong with it."""
+
+    _fields = ("position", "resumed_at", "first_missing", "resumed_offset", "problem")
+
+    def __init__(self, position: int, resumed_at: int, first_missing: int, resumed_offset: int, problem: str) -> None:
+        self.position = position
+        self.resumed_at = resumed_at
+        self.first_missing = first_missing
+        self.resumed_offset = resumed_offset
+        self.problem = problem
 
 
 class LogSegment:
@@ -717,16 +735,32 @@ class LogSegment:
             self.time_index_bytes = None  # (sealed: no writer appends to it again)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self, committed_end: int | None = None, sealed: bool = True) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None, sealed: bool = True,
+                keep_damage: bool = True) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (validate.SegmentScan: size, magic, CRC,
         offsets), truncate at the first bad or partial one, and rebuild both indexes
         (index.IndexBuilder, the rule appends follow; `sealed`: with the final time entry seal()
         writes, which the active segment does not have yet). Bytes cut from below
         `committed_end` (the high watermark: acknowledged records) are first kept in
-        `<segment>.log.<position>.corrupt` beside it, for inspection."""
+        `<segment>.log.<position>.corrupt` beside it, for inspection.
+
+        Unlike Kafka, a bad batch holding acknowledged offsets (below `committed_end`) that a
+        provably valid batch follows (resume.resume_after: bit rot under acknowledged records, not
+        the torn tail of a crash) is not cut: it stays where it is, damage as in any segment
+        (readers stop at it, `--skip-damaged` skips its offsets, `verify` reports it), and the walk
+        goes on after it (RecoveryResult.kept); the indexes skip it. A torn tail (nothing valid
+        after the bad batch, or the bad batch above `committed_end`) is cut as Kafka cuts it, and
+        so is all damage when not `keep_damage`."""
         file_size = self.file_size()
-        scan, indexer, index_data, time_data = self._scan_indexes(file_size, sealed)
-        valid, next_offset = scan.valid_bytes, scan.next_offset
+        fd = open_or_shed(self.log_path, os.O_RDONLY)
+        try:
+            read = lambda pos, n: os.pread(fd, n, pos)  # noqa: E731
+            walked, kept, problem, valid, next_offset = self._walk_keeping_damage(
+                read, file_size, committed_end if keep_damage else None)
+        finally:
+            os.close(fd)
+        indexer = IndexBuilder(self.base_offset, self.index_interval_bytes)
+        index_data, time_data = indexer.add_all(_skipping_damage(indexer, walked), sealed)
         cut_from = next_offset if next_offset is not None else self.base_offset
         if valid < file_size and committed_end is not None and cut_from < committed_end:
             keep_corrupt_bytes(self.log_path, valid, file_size)
@@ -741,7 +775,36 @@ class LogSegment:
         self.first_batch_max_timestamp = None
         self.indexer = indexer
         self.next_offset = next_offset
-        return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)
+        return RecoveryResult(valid, file_size - valid, next_offset, problem if valid < file_size else None, kept)
+
+    def _walk_keeping_damage(self, read: Read, file_size: int, committed_end: int | None
+                             ) -> tuple[list[tuple[int, BatchHeader | None, int]], list[KeptDamage], str | None,
+                                        int, int | None]:
+        """Recovery's walk: the valid batches as (position, header, size), each damaged batch kept
+        as (position, None, its bytes up to the valid batch after it), the damage kept, why the
+        walk stopped (None: at the end), and where the valid bytes and offsets end."""
+        walked: list[tuple[int, BatchHeader | None, int]] = []
+        kept: list[KeptDamage] = []
+        start, next_offset = 0, None
+        while True:
+            scan = SegmentScan(read, file_size, self.base_offset, start=start)
+            for position, header in scan:
+                walked.append((position, header, header.size))
+            if scan.next_offset is not None:
+                next_offset = scan.next_offset
+            if scan.problem is None:
+                return walked, kept, None, scan.valid_bytes, next_offset
+            damage_at = scan.valid_bytes
+            first_missing = next_offset if next_offset is not None else self.base_offset
+            resumed = None
+            if committed_end is not None and first_missing < committed_end:  # acknowledged offsets
+                resumed = self.resume_after_damage(damage_at, first_missing, None, read, file_size)
+            if resumed is None:  # a torn tail: cut
+                return walked, kept, scan.problem, damage_at, next_offset
+            kept.append(KeptDamage(damage_at, resumed.position, first_missing, resumed.header.base_offset,
+                                   scan.problem))
+            walked.append((damage_at, None, resumed.position - damage_at))
+            start = resumed.position
 
     def rebuild_indexes(self, sealed: bool) -> str | None:
         """Write both indexes again from the `.log`, exactly as the append path (and seal(), if
@@ -785,6 +848,17 @@ class LogSegment:
         self.recover(sealed=False)  # (the log's active segment now, or about to be: no final time entry)
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+def _skipping_damage(indexer: IndexBuilder, walked: list[tuple[int, BatchHeader | None, int]]
+                     ) -> Iterator[tuple[int, BatchHeader]]:
+    """The valid batches of a recovery walk for IndexBuilder.add_all; a damaged batch's bytes
+    count towards the next offset entry (as they did when it was appended) but get none."""
+    for position, header, size in walked:
+        if header is None:
+            indexer.since_last += size
+        else:
+            yield position, header
 
 
 CORRUPT_SUFFIX = ".corrupt"
