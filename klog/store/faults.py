@@ -14,7 +14,7 @@ CRASH_ENV = "KLOG_CRASH_AT"
 CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
                "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed",
                "roll-flush-pending", "sealed-fsync", "first-append", "loop-append-published",
-               "discard-written", "discard-log-start", "discard-renamed")
+               "discard-written", "discard-renamed")
 _hits: dict[str, int] = {}
 # os.environ's own mapping (encoded keys; os.environ[...] = ..., del and monkeypatch.setenv change
 # it): a missing key costs a dict lookup there, against ~1 us for os.environ.get (a KeyError raised

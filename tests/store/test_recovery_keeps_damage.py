@@ -66,4 +66,8 @@ def test_a_damaged_batch_below_the_high_watermark_stays_and_the_batches_after_it
     assert r.exit_code == 1 and "DAMAGED" in r.out and f"position {position}" in r.out, r
     r = cli("consume", "one", "-o", str(N))
     assert (r.exit_code, r.stdout) == (0, b"after\n"), r
+    r = cli("verify", "one", "--repair", "--discard-damaged", "--yes")  # only the damaged batch goes
+    assert r.exit_code == 0 and f"discarded offsets {damaged.base_offset}..{damaged.last_offset}" in r.out, r
+    r = cli("consume", "one")
+    assert (r.exit_code, r.stdout) == (0, b"".join(v + b"\n" for v in want)), r
 
