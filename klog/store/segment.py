@@ -411,34 +411,89 @@ class LogSegment:
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
         before = None  # the last batch walked over (its offsets are below `offset`)
+        before_at = 0  # where it starts
         try:
             found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
             if found is None:
-                return None
+                if hint >= end:
+                    return None
+                # the batch at `hint` runs past the end: one being appended, or a flipped bit in its
+                # length (then a valid batch follows it, and the read goes on there)
+                return self._past_overlong_batch(opened, offset, end, hint, self.base_offset, gap_ok, chunk_bytes)
             position, header, chunk, at = found
             if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
                 if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
                     self._check_follows(None, 0, header, gap_ok)
                 return found
-            before = header  # the walk goes on after it, from the bytes already read
+            before, before_at = header, position  # the walk goes on after it, from the bytes already read
             for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end,
                                       chunk_bytes=chunk_bytes, path=self.log_path, read_ahead=(position - at, chunk)):
                 header = batch.header
                 if header.last_offset >= offset:
                     self._check_follows(before, batch.position, header, gap_ok)
                     return batch.position, header, batch.chunk, batch.at
-                before = header
+                before, before_at = header, batch.position
         except CorruptLogError as e:
             # damage on the way to `offset`: a read from past it starts at the first valid batch
             # after it (resume.py) if that batch is at or below `offset`; else the damage is the read's
             walked = self._past_damage_toward(opened, offset, end, e, before, gap_ok, chunk_bytes)
             if walked is None:
+                walked = self._past_damaged_walked_over(opened, offset, end, before, before_at, gap_ok, chunk_bytes,
+                                                        stopped=False)
+            if walked is None:
                 raise
             return walked
+        if before is not None and before_at + before.size < end:  # the walk stopped short of the end
+            return self._past_damaged_walked_over(opened, offset, end, before, before_at, gap_ok, chunk_bytes,
+                                                  stopped=True)
         return None
 
+    def _past_damaged_walked_over(self, opened: OpenLog, offset: int, end: int, before: BatchHeader | None,
+                                  before_at: int, gap_ok: GapOk | None, chunk_bytes: int,
+                                  stopped: bool) -> Found | None:
+        """The walk toward `offset` stepped over the batch `before` (at `before_at`) by its own
+        length, unchecked, into garbage (an error, or, `stopped`, what looks like a partial batch
+        short of the end): when that batch fails its CRC, it is the damage (a flipped bit in its
+        length field), and the read goes on past it as past any damage (None: it was whole, the
+        damage is the walk's own; CorruptLogError naming it: nothing valid after it reaches
+        `offset`)."""
+        if before is None or before.magic != MAGIC_V2:
+            return None
+        data = opened.read(before_at, before.size)
+        if len(data) == before.size and codec.crc_ok(data, 0, before):
+            # whole: the walk stopped at the batch after it, whose length runs past the end (a
+            # flipped bit in it, or a batch being appended): damage only if a valid batch follows
+            stop = before_at + before.size
+            if not stopped or stop >= end:
+                return None
+            return self._past_overlong_batch(opened, offset, end, stop, before.next_offset, gap_ok, chunk_bytes)
+        damage = CorruptLogError("CRC mismatch", self.log_path, before_at, before.base_offset)
+        walked = self._past_damage_toward(opened, offset, end, damage, before, gap_ok, chunk_bytes)
+        if walked is None:
+            raise damage
+        return walked
+
+    def _past_overlong_batch(self, opened: OpenLog, offset: int, end: int, position: int, first_missing: int,
+                             gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
+        """The walk toward `offset` stopped at `position`, where a batch's length runs past the
+        end: a batch being appended (nothing valid after it: None, the read ends there) or a
+        flipped bit in its length field (a valid batch follows it, resume.py): then the read goes
+        on there, and a read from inside the damaged batch's offsets is an error naming it."""
+        resumed = self.resume_after_damage(position, first_missing, None, opened.read, end)
+        if resumed is None:
+            return None
+        damage = CorruptLogError("invalid batch header", self.log_path, position, first_missing)
+        if resumed.header.base_offset > offset:
+            raise damage
+        walked = self._past_damage_toward(opened, offset, end, damage, None, gap_ok, chunk_bytes,
+                                          first_missing=first_missing)
+        if walked is None:
+            raise damage
+        return walked
+
     def _past_damage_toward(self, opened: OpenLog, offset: int, end: int, error: CorruptLogError,
-                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
+                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int,
+                            first_missing: int | None = None) -> Found | None:
         """The batch holding `offset` (or the first after it), walked to from the first valid
         batch after the damage `error` names, when that batch starts at or below `offset` (each
         batch on the way checked against the one before it, as the walk from an index entry is)."""
@@ -447,8 +502,10 @@ class LogSegment:
                 return None
             # (the batch walked over last was not CRC-checked: its own length may have led the walk into
             # garbage, so the offsets after its base are not known to be read)
-            first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
-            resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
+            missing = first_missing if first_missing is not None else \
+                before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
+            first_missing = None  # (the caller's, for the first damage only)
+            resumed = self.resume_after_damage(error.position, missing, None, opened.read, end)
             if resumed is None or resumed.header.base_offset > offset:
                 return None
             before = None

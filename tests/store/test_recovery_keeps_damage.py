@@ -12,7 +12,10 @@ import pytest
 
 import klog
 from klog.store import codec
-from tests.store.test_recovery import active_log_path, batches_in, reboot
+from klog.store.format import ATTRIBUTES_OFFSET, MAGIC_OFFSET
+from klog.store.log import PartitionLog
+from tests.store.test_recovery import CONFIG, active_log_path, batches_in, copy_log, make_batch, reboot
+from tests.store.test_recovery import golden as golden  # noqa: F401 - the fixture
 
 N = 3000
 
@@ -73,3 +76,39 @@ def test_a_damaged_batch_below_the_high_watermark_stays_and_the_batches_after_it
     r = cli("consume", "one")
     assert (r.exit_code, r.stdout) == (0, b"".join(v + b"\n" for v in want)), r
 
+
+
+@pytest.mark.parametrize("nth", [0, 2])
+@pytest.mark.parametrize("at", [8, 11, MAGIC_OFFSET, MAGIC_OFFSET + 1, ATTRIBUTES_OFFSET, 70],
+                         ids=["length-high", "length-low", "magic", "crc", "attributes", "records"])
+def test_recovery_keeps_every_batch_around_a_damaged_one_below_the_committed_end(golden, tmp_path, monkeypatch, at,
+                                                                                nth):
+    """Whatever byte of an early batch of the active segment is flipped (its length, magic, CRC,
+    attributes, records), recovery with the committed end past it leaves the file as it is, and
+    every batch after the damaged one reads as written; appends go on after the last one."""
+    golden_folder, batches = golden
+    folder = copy_log(golden_folder, tmp_path)
+    path = active_log_path(folder)
+    size = os.path.getsize(path)
+    position, batch = batches_in(path)[nth]
+    with open(path, "r+b") as f:
+        f.seek(position + at)
+        f.write(bytes([batch[at] ^ 0x01]))
+    with open(path, "rb") as f:
+        damaged_file = f.read()
+    reboot(monkeypatch)
+    end = codec.read_header(batches[-1]).next_offset
+    log = PartitionLog(folder, CONFIG)
+    report = log.open_for_write(committed_end=end)
+    assert len(report.damaged) == 1 and not report.repaired, report
+    with open(path, "rb") as f:
+        assert f.read() == damaged_file  # nothing cut
+    assert log.log_end_offset == end
+    header = codec.read_header(batch)
+    after = [b for b in batches if codec.read_header(b).base_offset > header.base_offset]
+    assert [fb.data for fb in log.read(header.next_offset, end, 1 << 30)] == after
+    log.append(make_batch(end, 3, 999), codec.read_header(make_batch(end, 3, 999)))
+    log.flush()
+    assert [fb.header.base_offset for fb in log.read(end, end + 3, 1 << 20)] == [end]
+    log.close()
+    assert os.path.getsize(path) > size
