@@ -398,6 +398,10 @@ class ReplicaManager:
         if part.state_rebuilt:
             self.warn(part.state_rebuilt)
             part.state_rebuilt = None
+        for report in part.last_recovery:  # damage under acknowledged records recovery left in place
+            for found in report.damaged:
+                self.warn(f"{topic}-{partition}: {found}; read past it with 'klog consume {topic} --skip-damaged', "
+                          f"then drop it with 'klog verify {topic} --repair --discard-damaged'")
         if len(part.replicas) > 1 or part.leader.log_end_offset < hw:  # (else nothing committed is missing)
             self._restore_leader_tail(part, hw)
         if meta.leader_epoch != before.leader_epoch:

@@ -388,9 +388,10 @@ def _rewrite_txn_indexes(replica, txn_indexes: dict[int, list], notes: list[str]
 @dataclass
 class Discard:
     """What `verify --repair --discard-damaged` does to one partition: the damage starts at
-    `damaged_from`; the log start moves from `log_start` to `resume` (the first offset past the
-    damage it can still read), so offsets log_start..resume-1 are lost; the damaged bytes are kept
-    aside in a `.corrupt` file."""
+    `damaged_from`, and `resume` is the first offset past it reading can go on at (store/resume.py):
+    offsets damaged_from..resume-1 are discarded, leaving an offset gap readers step over (as
+    over a compacted log's); the records before and after it stay, and the log start
+    (`log_start`) is unchanged; the damaged bytes are kept aside in `.corrupt` files."""
 
     topic: str
     partition: int
@@ -401,9 +402,7 @@ class Discard:
 
     @property
     def lost(self) -> str:
-        if self.resume <= self.log_start:  # (a discard killed after it moved the log start: finishing it)
-            return f"none ({self.log_start}..{self.resume - 1}: the log start is past the damage already)"
-        return f"{self.log_start}..{self.resume - 1}"
+        return f"{self.damaged_from}..{self.resume - 1}"
 
 
 def plan_discards(store: BrokerStore, topic: str | None = None) -> list[Discard]:
@@ -515,20 +514,20 @@ def _damage_position(segment: LogSegment, max_message_bytes: int) -> int:
 
 
 def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discard]:
-    """Move each damaged range aside into a `.corrupt` file and the log start past it (delete-records'
-    way: the segments wholly below it go). Records below the new log start are lost: the Discards
-    say which.
+    """Drop each damaged range's bytes from its segment: the segment is rewritten without them (the
+    batches before the damage and from the first offset reading resumes at on), leaving an offset
+    gap readers step over as over a compacted log's (the replica is marked so: PartitionLog.
+    mark_cleaned); the log start stays, and the damaged bytes are kept in a `.discarded.corrupt`
+    file. Records outside the damaged range are not lost: the Discards say which offsets are.
 
-    When reading resumes inside the damaged segment, the batches from there on are written to a
-    new segment named for the resume offset, crash-safely: its files are written as `.cleaned`
-    (a writer's open removes those, so a kill before the next step leaves the log as it was), the
-    log start is moved to the resume offset (a kill now leaves a log readers read from there,
-    past the damage, and that a second discard finishes), the new files are renamed in (the
-    old segment, now wholly below the log start, is never read: a kill leaves it for retention),
-    and the old segment is deleted as retention deletes one. An active damaged segment is rolled
-    first, so the new one is never the active segment."""
-    from klog.broker.lifecycle import PartitionCleanup, _apply_log_start
-    from klog.store.segment import keep_corrupt_bytes
+    Crash-safe as compaction is (an active damaged segment is rolled first, so the rewritten one
+    is sealed): the damaged bytes are kept (fsynced), the rewrite is written under `.cleaned`
+    names (fsynced: a writer's open removes those, so a kill before the swap leaves the log as it
+    was, and a second discard does it again), then swapped in by the cleaner's swap (cleaner.
+    swap_in: `.cleaned` -> `.swap` -> the segment's names, which a writer's open finishes or rolls
+    back, so a kill leaves each segment either old or rewritten)."""
+    from klog.store.cleaner import CleanedSegment, swap_in
+    from klog.store.txn import read_txn_index
 
     done = []
     for name in [topic] if topic else store.topic_names():
@@ -543,41 +542,46 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                 if found is None:
                     continue
                 plan, places = found
-                inside = [(place, _batch_at(place, plan.resume)) for place in places]
-                if all(position is not None for _, position in inside):
-                    new_files = []
-                    for place, position in inside:
-                        plan.corrupt_files.append(_keep_discarded(place.replica.segments[place.base], place.position,
-                                                                  position))
-                        new_files.append(_write_resumed_segment(place.replica, place.base, position, plan.resume))
-                    faults.point("discard-written")
-                    part.set_log_start_offset(plan.resume)  # the commit point
-                    faults.point("discard-log-start")
-                    for replica, temps in new_files:
-                        _rename_in(replica, temps)
-                    faults.point("discard-renamed")
-                    _apply_log_start(part, plan.resume, PartitionCleanup(name, p, plan.log_start, plan.log_start))
-                    for place in places:
-                        place.replica.refresh_segments()
-                        if _txn_index_files(place.replica.directory):
-                            _rewrite_txn_indexes(place.replica, _check_replica(place.replica, None).txn_indexes, [])
-                    part.publish()
-                    done.append(plan)
-                    continue
+                rewrites = []
                 for place in places:
-                    replica, base, position = place.replica, place.base, place.position
+                    replica, base = place.replica, place.base
+                    if base == replica.bases[-1]:  # never rewrite the active segment: roll past it first
+                        replica.roll(replica.log_end_offset)
+                        replica.flush()
                     segment = replica.segments[base]
-                    kept = keep_corrupt_bytes(segment.log_path, position, segment.file_size())
-                    named = kept[:-len(CORRUPT_SUFFIX)] + DISCARDED_SUFFIX
-                    os.replace(kept, named)
-                    plan.corrupt_files.append(named)
-                    if base == replica.bases[-1]:  # the active segment: cut it, go on in a new one past it
-                        segment.truncate_to_position(position, None)
-                        replica.roll(plan.resume)
-                _apply_log_start(part, plan.resume, PartitionCleanup(name, p, plan.log_start, plan.log_start))
+                    resumed_at = _batch_at(place, plan.resume)  # (None: none in the segment, its end)
+                    end = segment.file_size() if resumed_at is None else resumed_at
+                    # (from the batch holding the first damaged offset: a replica damaged further on
+                    # drops the same offsets as the others, so the replicas keep the same batches)
+                    start = _first_batch_reaching(segment, place.position, plan.damaged_from)
+                    plan.corrupt_files.append(_keep_discarded(segment, start, end))
+                    later = [b for b in replica.bases if b > base]  # (one at least: the active one)
+                    fill_to = later[0] if replica.segments[later[0]].file_size() == 0 else None
+                    temps = _write_without(replica, segment, start, end, fill_to)
+                    entries = read_txn_index(replica.directory, base) or []
+                    rewrites.append((replica, CleanedSegment(base, replica.directory, temps, tuple(entries))))
+                faults.point("discard-written")
+                for replica, cleaned in rewrites:
+                    swap_in(replica, [cleaned])
+                    replica.refresh_segments()
+                faults.point("discard-renamed")
+                for place in places:
+                    if _txn_index_files(place.replica.directory):
+                        _rewrite_txn_indexes(place.replica, _check_replica(place.replica, None).txn_indexes, [])
                 part.publish()
             done.append(plan)
     return done
+
+
+def _first_batch_reaching(segment: LogSegment, damage_position: int, offset: int) -> int:
+    """Where the first batch of the segment holding `offset` or a later one starts, at most
+    `damage_position` (the batches before the damage are whole: the walk stops there)."""
+    from klog.store.walk import walk_batches
+
+    for batch in walk_batches(segment.read_bytes, 0, damage_position, path=segment.log_path):
+        if batch.header.last_offset >= offset:
+            return batch.position
+    return damage_position
 
 
 def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
@@ -590,65 +594,67 @@ def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
     return named
 
 
-def _write_resumed_segment(replica: PartitionLog, base: int, position: int,
-                           resume: int) -> tuple[PartitionLog, list[tuple[str, str]]]:
-    """The batches of segment `base` from `position` on, written as a new segment at `resume`
-    under `.cleaned` names (fsynced, with both indexes built as appends build them); an active
-    segment is rolled first. Returns the (temporary, final) names to rename."""
-    from klog.store.format import CLEANED_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX
+def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: int,
+                   fill_to: int | None) -> tuple[str, str, str]:
+    """The sealed segment without its bytes [start, end) (the damaged batch), its log and both
+    indexes (built as appends build them) written under the `.cleaned` names cleaner.swap_in
+    takes, fsynced. Returns their paths (log, offset index, time index).
+
+    `fill_to`: the base of the next segment when it is empty: offsets up to it that no batch
+    holds any more (the damage was the log's last batches) are held by an empty batch at the
+    end, as the cleaner keeps its round's last batch (cleaner.RETAIN_EMPTY), so that the log's
+    end stays provable from its batches (recovery removes an empty segment past the log end;
+    a reader waiting for the offsets below the end finds where they went)."""
+    from klog.store import codec
+    from klog.store.format import CLEANED_SUFFIX, INDEX_SUFFIX, RELATIVE_OFFSET_MAX, TIME_INDEX_SUFFIX
     from klog.store.index import IndexBuilder
     from klog.store.names import fsync_dir, open_nofollow
     from klog.store.walk import SCAN_CHUNK_BYTES, walk_batches
 
-    if base == replica.bases[-1]:  # never rewrite the active segment: roll past it first
-        replica.roll(replica.log_end_offset)
-        replica.flush()
-    segment = replica.segments[base]
-    end = segment.file_size()
-    final = {suffix: os.path.join(replica.directory, segment_file_name(resume, suffix))
-             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+    size = segment.file_size()
     headers = []
-    try:
-        for batch in walk_batches(segment.read_bytes, position, end, path=segment.log_path):
-            headers.append((batch.position - position, batch.header))
-    except CorruptLogError:
-        pass  # more damage further on: copied as it is (verify names it; a second discard drops it)
-    index, times = IndexBuilder(resume, replica.config.index_interval_bytes).add_all(headers)
-    copied = end - position
+    whole = True
+    for lo, hi, shift in ((0, start, 0), (end, size, end - start)):
+        try:
+            for batch in walk_batches(segment.read_bytes, lo, hi, path=segment.log_path):
+                headers.append((batch.position - shift, batch.header))
+        except CorruptLogError:
+            whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    filler = b""
+    kept_end = headers[-1][1].next_offset if headers else segment.base_offset
+    if (whole and fill_to is not None and kept_end < fill_to
+            and fill_to - 1 - segment.base_offset <= RELATIVE_OFFSET_MAX):
+        epoch = headers[-1][1].leader_epoch if headers else codec.KLOG_LEADER_EPOCH
+        filler = codec.write_batch([], base_offset=kept_end, attributes=0, last_offset_delta=fill_to - 1 - kept_end,
+                                   base_timestamp=-1, max_timestamp=-1, leader_epoch=epoch)
+        headers.append((start + size - end, codec.read_header(filler)))
+    index, times = IndexBuilder(segment.base_offset, replica.config.index_interval_bytes).add_all(headers)
     temps = []
-    for suffix, path in final.items():
-        temp = path + CLEANED_SUFFIX
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        temp = os.path.join(replica.directory, segment_file_name(segment.base_offset, suffix)) + CLEANED_SUFFIX
         fd = open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             if suffix == LOG_SUFFIX:
-                at = 0
-                while at < copied:
-                    chunk = segment.read_bytes(position + at, min(SCAN_CHUNK_BYTES, copied - at))
-                    if not chunk:
-                        raise KlogError(f"{segment.log_path}: shrank while being copied")
-                    _write_all(fd, chunk)
-                    at += len(chunk)
+                for lo, hi in ((0, start), (end, size)):
+                    at = lo
+                    while at < hi:
+                        chunk = segment.read_bytes(at, min(SCAN_CHUNK_BYTES, hi - at))
+                        if not chunk:
+                            raise KlogError(f"{segment.log_path}: shrank while being copied")
+                        _write_all(fd, chunk)
+                        at += len(chunk)
+                _write_all(fd, filler)
             else:
                 _write_all(fd, index if suffix == INDEX_SUFFIX else times)
             os.fsync(fd)
         finally:
             os.close(fd)
-        temps.append((temp, path))
+        temps.append(temp)
     fsync_dir(replica.directory)
-    temps.sort(key=lambda pair: pair[1].endswith(LOG_SUFFIX))  # the log renamed last
-    return replica, temps
+    return temps[0], temps[1], temps[2]
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _rename_in(replica: PartitionLog, temps: list[tuple[str, str]]) -> None:
-    from klog.store.names import fsync_dir
-
-    for temp, path in temps:
-        os.replace(temp, path)
-    fsync_dir(replica.directory)
-    replica.refresh_segments()

@@ -11,9 +11,9 @@ from klog.cli.app import DataDirOpt, JsonOpt, open_store
 from klog.cli.env import current_env
 from klog.errors import UsageError
 
-DISCARD_HELP = ("With --repair, when no intact replica holds damaged records: move the damaged range aside "
-                "into a .corrupt file and the log start past it. Every offset below the new log start is lost "
-                "(said exactly); asks first unless --yes.")
+DISCARD_HELP = ("With --repair, when no intact replica holds damaged records: move the damaged batch aside "
+                "into a .corrupt file. Only its offsets are lost (said exactly): the records before and after "
+                "it stay, and readers step over the gap; asks first unless --yes.")
 REPAIR_HELP = ("Rebuild indexes, truncate torn tails, re-copy damaged replicas from intact ones "
                "and catch up replicas that are out of sync.")
 
@@ -144,7 +144,7 @@ def _discard(store, topic: str | None, yes: bool, as_json: bool) -> None:  # noq
     plans = plan_discards(store, topic)
     if not plans:
         return
-    lost = "; ".join(f"{d.topic}-{d.partition} offsets {d.lost} (damaged from {d.damaged_from})" for d in plans)
+    lost = "; ".join(f"{d.topic}-{d.partition} offsets {d.lost} (damaged)" for d in plans)
     if not yes:
         if not current_env().stdin_tty:
             raise UsageError(f"--discard-damaged would lose {lost} for good: add --yes (no terminal to ask on)")
@@ -153,12 +153,12 @@ def _discard(store, topic: str | None, yes: bool, as_json: bool) -> None:  # noq
     for d in discard_damaged(store, topic):
         if as_json:
             print(json.dumps({"topic": d.topic, "partition": d.partition, "discarded": True,
-                              "lost_from": d.log_start, "lost_to": d.resume - 1, "damaged_from": d.damaged_from,
+                              "lost_from": d.damaged_from, "lost_to": d.resume - 1, "damaged_from": d.damaged_from,
                               "corrupt_files": d.corrupt_files}))
         else:
-            print(f"{d.topic}-{d.partition}: discarded offsets {d.lost} (damaged from offset {d.damaged_from}); "
-                  f"the log now starts at {d.resume}; damaged bytes kept in {', '.join(d.corrupt_files)} "
-                  "(inspect them, then delete them)")
+            print(f"{d.topic}-{d.partition}: discarded offsets {d.lost} (the damaged batch); the records before "
+                  f"and after it stay, readers step over the gap; damaged bytes kept in "
+                  f"{', '.join(d.corrupt_files)} (inspect them, then delete them)")
 
 
 def _dump_paths(path: str, data_dir: str | None) -> list[str]:

@@ -14,7 +14,7 @@ CRASH_ENV = "KLOG_CRASH_AT"
 CRASH_STEPS = ("cleaned-partial", "cleaned-written", "swap-partial", "swap-renamed", "index-replaced",
                "log-replaced", "before-checkpoint", "retention-log-start", "retention-renamed",
                "roll-flush-pending", "sealed-fsync", "first-append", "loop-append-published",
-               "discard-written", "discard-log-start", "discard-renamed",
+               "discard-written", "discard-renamed",
                "catch-up-copied", "move-recorded", "move-caught-up", "move-settled", "move-renamed")
 _hits: dict[str, int] = {}
 # os.environ's own mapping (encoded keys; os.environ[...] = ..., del and monkeypatch.setenv change

@@ -4,7 +4,9 @@
    finished, leftover `.cleaned` files are removed and `.deleted` ones once their
    file.delete.delay.ms is over;
 2. `recover_tail`: Kafka's unclean-shutdown pass, each segment from the recovery point on is
-   validated and cut at the first bad batch;
+   validated and cut at the first bad batch (a torn tail), except a bad batch holding
+   acknowledged offsets that a provably valid batch follows (LogSegment.recover: it stays, as
+   damage readers report and step over with --skip-damaged);
 3. `delete_from`: segments past a cut (or overlapping the one before) are removed, and
 4. `rebuild_lost_indexes`: a segment whose `.index` or `.timeindex` is missing gets both written
    again as the append path wrote them.
@@ -47,14 +49,17 @@ if TYPE_CHECKING:
 class RecoveryReport(Plain):
     """What opening a replica for writing repaired, for `klog verify` and tests."""
 
-    _fields = ("segments_recovered", "bytes_truncated", "segments_deleted", "reasons")
+    _fields = ("segments_recovered", "bytes_truncated", "segments_deleted", "reasons", "damaged")
 
     def __init__(self, segments_recovered: list[int] | None = None, bytes_truncated: int = 0,
-                 segments_deleted: list[int] | None = None, reasons: list[str] | None = None) -> None:
+                 segments_deleted: list[int] | None = None, reasons: list[str] | None = None,
+                 damaged: list[str] | None = None) -> None:
         self.segments_recovered = [] if segments_recovered is None else segments_recovered
         self.bytes_truncated = bytes_truncated
         self.segments_deleted = [] if segments_deleted is None else segments_deleted
         self.reasons = [] if reasons is None else reasons
+        # damaged batches below the acknowledged end recovery left in place (valid batches follow them)
+        self.damaged = [] if damaged is None else damaged
 
     @property
     def repaired(self) -> bool:
@@ -170,8 +175,10 @@ def remove_deleted_files(directory: str, delay_ms: int, names: set[str] | None =
 
 # -- pass 2 --------------------------------------------------------------------------------------
 def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: RecoveryReport,
-                 committed_end: int | None = None) -> None:
-    """Kafka's unclean-shutdown pass: recover every segment from the recovery point on."""
+                 committed_end: int | None = None, keep_damage: bool = True) -> None:
+    """Kafka's unclean-shutdown pass: recover every segment from the recovery point on (a
+    damaged batch below `committed_end` that valid batches follow is left in place, if
+    `keep_damage`: see LogSegment.recover)."""
     recovery_point = snap.recovery_point if snap is not None and snap.boot_id == current_boot_id() else 0
     if snap is not None and snap.boot_id != current_boot_id():
         recovery_point = snap.recovery_point
@@ -191,8 +198,12 @@ def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: Recove
                                   f"removed")
             fsync_dir(log.directory)
             continue
-        result = segment.recover(committed_end, sealed=base != log.bases[-1])
+        result = segment.recover(committed_end, sealed=base != log.bases[-1], keep_damage=keep_damage)
         report.segments_recovered.append(base)
+        for damage in result.kept:  # acknowledged records after it: left in place, read past as damage
+            report.damaged.append(f"{segment.log_path}: {damage.problem}: offsets {damage.first_missing}.."
+                                  f"{damage.resumed_offset - 1} are damaged (kept in place: the valid batches "
+                                  f"after it, from offset {damage.resumed_offset}, stay)")
         if result.truncated_bytes:
             report.bytes_truncated += result.truncated_bytes
             report.reasons.append(f"{segment.log_path}: {result.reason}; cut {result.truncated_bytes} bytes")

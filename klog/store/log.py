@@ -93,7 +93,7 @@ def _settled(changed_ns: int, before_ns: int) -> bool:
 # What an open for write that adopted the log as it was returns: nothing repaired. One shared
 # report (kept by every written partition until its close); its lists are tuples, so that nothing
 # can append to it (recovery fills a report of its own)
-_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=())  # type: ignore[arg-type]
+_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=(), damaged=())  # type: ignore[arg-type]
 _NOTHING_LISTED: frozenset[str] = frozenset()
 _new_tuple = tuple.__new__
 
@@ -470,9 +470,11 @@ class PartitionLog:
         return stat.S_ISDIR(found.st_mode) or (stat.S_ISLNK(found.st_mode) and os.path.isdir(self.directory))
 
     def open_for_write(self, committed_end: int | None = None, trusted: bool = False,
-                       token: object = None) -> RecoveryReport:
+                       token: object = None, keep_damage: bool = True) -> RecoveryReport:
         """Adopt the state the last writer left, recovering the tail if it did not finish.
-        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files.
+        Recovery keeps what it cuts from below `committed_end` in `.corrupt` files, and leaves a
+        damaged batch below it that valid batches follow in place (LogSegment.recover), unless
+        `keep_damage` is False (an in-sync replica holds the records: the cut ones are copied back).
 
         trusted: the caller knows this object was the last writer and nothing changed the folder
         since (Partition's lock generation); an opened log then stays as it is. token: names
@@ -539,7 +541,7 @@ class PartitionLog:
             self.recovery_point = snap.recovery_point
         else:
             self._folder_seen = None  # (recovery may remove segments or keep cut bytes beside them)
-            loader.recover_tail(self, snap, report, committed_end)
+            loader.recover_tail(self, snap, report, committed_end, keep_damage)
             self._save_state(sync=True)
             self._open_fds()
         if loader.rebuild_lost_indexes(self, None if swaps or report.segments_deleted else listed, report):

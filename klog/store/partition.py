@@ -407,10 +407,13 @@ class Partition:
         replicas = self.replicas
         if len(replicas) == 1:  # (the usual case: no lists to build)
             leader = replicas[0]
+            # (one in-sync replica: damage under acknowledged records stays, no copy can restore them)
             self.last_recovery = [leader.open_for_write(committed, trusted=trusted, token=token)]
             hw = leader.log_end_offset
         else:
-            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in replicas]
+            # (a damaged replica is cut: reconcile copies the records back from an in-sync one)
+            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token, keep_damage=False)
+                                  for r in replicas]
             hw = min(r.log_end_offset for r in replicas)
         if trusted:
             fields = self.state.read_valid_fields()

@@ -170,15 +170,33 @@ def _first_step(opened: OpenLog, position: int, end: int, chunk_bytes: int, path
 
 
 class RecoveryResult(Plain):
-    """What LogSegment.recover found: valid bytes kept, bytes cut, and why."""
+    """What LogSegment.recover found: valid bytes kept, bytes cut, and why; `kept`: the damaged
+    batches below the acknowledged end it left in place (KeptDamage), valid batches after each."""
 
-    _fields = ("valid_bytes", "truncated_bytes", "next_offset", "reason")
+    _fields = ("valid_bytes", "truncated_bytes", "next_offset", "reason", "kept")
 
-    def __init__(self, valid_bytes: int, truncated_bytes: int, next_offset: int | None, reason: str | None) -> None:
+    def __init__(self, valid_bytes: int, truncated_bytes: int, next_offset: int | None, reason: str | None,
+                 kept: list[KeptDamage] | None = None) -> None:
         self.valid_bytes = valid_bytes
         self.truncated_bytes = truncated_bytes
         self.next_offset = next_offset
         self.reason = reason
+        self.kept = [] if kept is None else kept
+
+
+class KeptDamage(Plain):
+    """A damaged batch recovery left in the segment: its bytes [position, resumed_at) hold the
+    acknowledged offset `first_missing` on, and a provably valid batch starts at `resumed_at`
+    (resume.resume_after), at offset `resumed_offset`; `problem` says what is wrong with it."""
+
+    _fields = ("position", "resumed_at", "first_missing", "resumed_offset", "problem")
+
+    def __init__(self, position: int, resumed_at: int, first_missing: int, resumed_offset: int, problem: str) -> None:
+        self.position = position
+        self.resumed_at = resumed_at
+        self.first_missing = first_missing
+        self.resumed_offset = resumed_offset
+        self.problem = problem
 
 
 class LogSegment:
@@ -393,34 +411,89 @@ class LogSegment:
         if hint >= end or (hint and not self._hint_ok(hint, offset, read)):
             hint = 0
         before = None  # the last batch walked over (its offsets are below `offset`)
+        before_at = 0  # where it starts
         try:
             found = _first_step(opened, hint, end, chunk_bytes, self.log_path)
             if found is None:
-                return None
+                if hint >= end:
+                    return None
+                # the batch at `hint` runs past the end: one being appended, or a flipped bit in its
+                # length (then a valid batch follows it, and the read goes on there)
+                return self._past_overlong_batch(opened, offset, end, hint, self.base_offset, gap_ok, chunk_bytes)
             position, header, chunk, at = found
             if header.base_offset + header.last_offset_delta >= offset:  # (its last offset: the usual case)
                 if not hint and header.base_offset != self.base_offset:  # (else _check_follows has nothing to say)
                     self._check_follows(None, 0, header, gap_ok)
                 return found
-            before = header  # the walk goes on after it, from the bytes already read
+            before, before_at = header, position  # the walk goes on after it, from the bytes already read
             for batch in walk_batches(read, position + header.batch_length + LOG_OVERHEAD, end,
                                       chunk_bytes=chunk_bytes, path=self.log_path, read_ahead=(position - at, chunk)):
                 header = batch.header
                 if header.last_offset >= offset:
                     self._check_follows(before, batch.position, header, gap_ok)
                     return batch.position, header, batch.chunk, batch.at
-                before = header
+                before, before_at = header, batch.position
         except CorruptLogError as e:
             # damage on the way to `offset`: a read from past it starts at the first valid batch
             # after it (resume.py) if that batch is at or below `offset`; else the damage is the read's
             walked = self._past_damage_toward(opened, offset, end, e, before, gap_ok, chunk_bytes)
             if walked is None:
+                walked = self._past_damaged_walked_over(opened, offset, end, before, before_at, gap_ok, chunk_bytes,
+                                                        stopped=False)
+            if walked is None:
                 raise
             return walked
+        if before is not None and before_at + before.size < end:  # the walk stopped short of the end
+            return self._past_damaged_walked_over(opened, offset, end, before, before_at, gap_ok, chunk_bytes,
+                                                  stopped=True)
         return None
 
+    def _past_damaged_walked_over(self, opened: OpenLog, offset: int, end: int, before: BatchHeader | None,
+                                  before_at: int, gap_ok: GapOk | None, chunk_bytes: int,
+                                  stopped: bool) -> Found | None:
+        """The walk toward `offset` stepped over the batch `before` (at `before_at`) by its own
+        length, unchecked, into garbage (an error, or, `stopped`, what looks like a partial batch
+        short of the end): when that batch fails its CRC, it is the damage (a flipped bit in its
+        length field), and the read goes on past it as past any damage (None: it was whole, the
+        damage is the walk's own; CorruptLogError naming it: nothing valid after it reaches
+        `offset`)."""
+        if before is None or before.magic != MAGIC_V2:
+            return None
+        data = opened.read(before_at, before.size)
+        if len(data) == before.size and codec.crc_ok(data, 0, before):
+            # whole: the walk stopped at the batch after it, whose length runs past the end (a
+            # flipped bit in it, or a batch being appended): damage only if a valid batch follows
+            stop = before_at + before.size
+            if not stopped or stop >= end:
+                return None
+            return self._past_overlong_batch(opened, offset, end, stop, before.next_offset, gap_ok, chunk_bytes)
+        damage = CorruptLogError("CRC mismatch", self.log_path, before_at, before.base_offset)
+        walked = self._past_damage_toward(opened, offset, end, damage, before, gap_ok, chunk_bytes)
+        if walked is None:
+            raise damage
+        return walked
+
+    def _past_overlong_batch(self, opened: OpenLog, offset: int, end: int, position: int, first_missing: int,
+                             gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
+        """The walk toward `offset` stopped at `position`, where a batch's length runs past the
+        end: a batch being appended (nothing valid after it: None, the read ends there) or a
+        flipped bit in its length field (a valid batch follows it, resume.py): then the read goes
+        on there, and a read from inside the damaged batch's offsets is an error naming it."""
+        resumed = self.resume_after_damage(position, first_missing, None, opened.read, end)
+        if resumed is None:
+            return None
+        damage = CorruptLogError("invalid batch header", self.log_path, position, first_missing)
+        if resumed.header.base_offset > offset:
+            raise damage
+        walked = self._past_damage_toward(opened, offset, end, damage, None, gap_ok, chunk_bytes,
+                                          first_missing=first_missing)
+        if walked is None:
+            raise damage
+        return walked
+
     def _past_damage_toward(self, opened: OpenLog, offset: int, end: int, error: CorruptLogError,
-                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int) -> Found | None:
+                            before: BatchHeader | None, gap_ok: GapOk | None, chunk_bytes: int,
+                            first_missing: int | None = None) -> Found | None:
         """The batch holding `offset` (or the first after it), walked to from the first valid
         batch after the damage `error` names, when that batch starts at or below `offset` (each
         batch on the way checked against the one before it, as the walk from an index entry is)."""
@@ -429,8 +502,10 @@ class LogSegment:
                 return None
             # (the batch walked over last was not CRC-checked: its own length may have led the walk into
             # garbage, so the offsets after its base are not known to be read)
-            first_missing = before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
-            resumed = self.resume_after_damage(error.position, first_missing, None, opened.read, end)
+            missing = first_missing if first_missing is not None else \
+                before.base_offset if before is not None and before.magic == MAGIC_V2 else self.base_offset
+            first_missing = None  # (the caller's, for the first damage only)
+            resumed = self.resume_after_damage(error.position, missing, None, opened.read, end)
             if resumed is None or resumed.header.base_offset > offset:
                 return None
             before = None
@@ -717,16 +792,32 @@ class LogSegment:
             self.time_index_bytes = None  # (sealed: no writer appends to it again)
 
     # -- recovery ------------------------------------------------------------------------------
-    def recover(self, committed_end: int | None = None, sealed: bool = True) -> RecoveryResult:
+    def recover(self, committed_end: int | None = None, sealed: bool = True,
+                keep_damage: bool = True) -> RecoveryResult:
         """Kafka's LogSegment.recover: validate every batch (validate.SegmentScan: size, magic, CRC,
         offsets), truncate at the first bad or partial one, and rebuild both indexes
         (index.IndexBuilder, the rule appends follow; `sealed`: with the final time entry seal()
         writes, which the active segment does not have yet). Bytes cut from below
         `committed_end` (the high watermark: acknowledged records) are first kept in
-        `<segment>.log.<position>.corrupt` beside it, for inspection."""
+        `<segment>.log.<position>.corrupt` beside it, for inspection.
+
+        Unlike Kafka, a bad batch holding acknowledged offsets (below `committed_end`) that a
+        provably valid batch follows (resume.resume_after: bit rot under acknowledged records, not
+        the torn tail of a crash) is not cut: it stays where it is, damage as in any segment
+        (readers stop at it, `--skip-damaged` skips its offsets, `verify` reports it), and the walk
+        goes on after it (RecoveryResult.kept); the indexes skip it. A torn tail (nothing valid
+        after the bad batch, or the bad batch above `committed_end`) is cut as Kafka cuts it, and
+        so is all damage when not `keep_damage`."""
         file_size = self.file_size()
-        scan, indexer, index_data, time_data = self._scan_indexes(file_size, sealed)
-        valid, next_offset = scan.valid_bytes, scan.next_offset
+        fd = open_or_shed(self.log_path, os.O_RDONLY)
+        try:
+            read = lambda pos, n: os.pread(fd, n, pos)  # noqa: E731
+            walked, kept, problem, valid, next_offset = self._walk_keeping_damage(
+                read, file_size, committed_end if keep_damage else None)
+        finally:
+            os.close(fd)
+        indexer = IndexBuilder(self.base_offset, self.index_interval_bytes)
+        index_data, time_data = indexer.add_all(_skipping_damage(indexer, walked), sealed)
         cut_from = next_offset if next_offset is not None else self.base_offset
         if valid < file_size and committed_end is not None and cut_from < committed_end:
             keep_corrupt_bytes(self.log_path, valid, file_size)
@@ -741,7 +832,36 @@ class LogSegment:
         self.first_batch_max_timestamp = None
         self.indexer = indexer
         self.next_offset = next_offset
-        return RecoveryResult(valid, file_size - valid, next_offset, scan.problem)
+        return RecoveryResult(valid, file_size - valid, next_offset, problem if valid < file_size else None, kept)
+
+    def _walk_keeping_damage(self, read: Read, file_size: int, committed_end: int | None
+                             ) -> tuple[list[tuple[int, BatchHeader | None, int]], list[KeptDamage], str | None,
+                                        int, int | None]:
+        """Recovery's walk: the valid batches as (position, header, size), each damaged batch kept
+        as (position, None, its bytes up to the valid batch after it), the damage kept, why the
+        walk stopped (None: at the end), and where the valid bytes and offsets end."""
+        walked: list[tuple[int, BatchHeader | None, int]] = []
+        kept: list[KeptDamage] = []
+        start, next_offset = 0, None
+        while True:
+            scan = SegmentScan(read, file_size, self.base_offset, start=start)
+            for position, header in scan:
+                walked.append((position, header, header.size))
+            if scan.next_offset is not None:
+                next_offset = scan.next_offset
+            if scan.problem is None:
+                return walked, kept, None, scan.valid_bytes, next_offset
+            damage_at = scan.valid_bytes
+            first_missing = next_offset if next_offset is not None else self.base_offset
+            resumed = None
+            if committed_end is not None and first_missing < committed_end:  # acknowledged offsets
+                resumed = self.resume_after_damage(damage_at, first_missing, None, read, file_size)
+            if resumed is None:  # a torn tail: cut
+                return walked, kept, scan.problem, damage_at, next_offset
+            kept.append(KeptDamage(damage_at, resumed.position, first_missing, resumed.header.base_offset,
+                                   scan.problem))
+            walked.append((damage_at, None, resumed.position - damage_at))
+            start = resumed.position
 
     def rebuild_indexes(self, sealed: bool) -> str | None:
         """Write both indexes again from the `.log`, exactly as the append path (and seal(), if
@@ -785,6 +905,17 @@ class LogSegment:
         self.recover(sealed=False)  # (the log's active segment now, or about to be: no final time entry)
         assert self.size == position, (self.size, position)
         assert next_offset is None or self.next_offset in (None, next_offset)
+
+
+def _skipping_damage(indexer: IndexBuilder, walked: list[tuple[int, BatchHeader | None, int]]
+                     ) -> Iterator[tuple[int, BatchHeader]]:
+    """The valid batches of a recovery walk for IndexBuilder.add_all; a damaged batch's bytes
+    count towards the next offset entry (as they did when it was appended) but get none."""
+    for position, header, size in walked:
+        if header is None:
+            indexer.since_last += size
+        else:
+            yield position, header
 
 
 CORRUPT_SUFFIX = ".corrupt"

@@ -357,7 +357,7 @@ def _after_headers(data: bytes, pos: int) -> int:
 
 # --- a segment, batch by batch ----------------------------------------------------------------
 class SegmentScan:
-    """Walk a segment's batches from position 0, validating each (Kafka's LogSegment.recover loop):
+    """Walk a segment's batches from position 0 (or `start`), validating each (Kafka's LogSegment.recover loop):
     iterate for (position, header) of each valid batch; afterwards `problem` says why the
     walk stopped before `end` (None: it reached it) and `valid_bytes`/`next_offset` where it did.
 
@@ -370,15 +370,16 @@ class SegmentScan:
 
     def __init__(self, read: Callable[[int, int], bytes], end: int, base_offset: int, *,
                  deep: bool = False, gaps_ok: bool = True,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT) -> None:
+                 max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT, start: int = 0) -> None:
         self.max_message_bytes = max_message_bytes
+        self.start = start  # where the walk begins (a batch boundary: recovery goes on past kept damage)
         self.read = read
         self.end = end
         self.base_offset = base_offset
         self.deep = deep
         self.gaps_ok = gaps_ok
         self.problem: str | None = None
-        self.valid_bytes = 0
+        self.valid_bytes = start
         self.next_offset: int | None = None
         # deep: the offset of the first record whose attributes byte is >= 0x80 (high_attributes_record),
         # found in this walk (verify asks; a second walk for it cost a third of verify's time)
@@ -386,7 +387,7 @@ class SegmentScan:
 
     def __iter__(self) -> Iterator[tuple[int, BatchHeader]]:
         # SCAN_CHUNK_BYTES is read at each walk: tests shrink it to cross chunk boundaries
-        walk = walk_batches(self.read, 0, self.end, tail=Tail.RAISE, whole=True, chunk_bytes=SCAN_CHUNK_BYTES)
+        walk = walk_batches(self.read, self.start, self.end, tail=Tail.RAISE, whole=True, chunk_bytes=SCAN_CHUNK_BYTES)
         try:
             for batch in walk:
                 header, pos = batch.header, batch.position

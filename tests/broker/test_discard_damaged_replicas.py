@@ -1,5 +1,6 @@
 """--discard-damaged over replicas all damaged (none intact to re-copy from): each keeps the
-batches after its damage, from the one offset every replica resumes at."""
+batches before the damage and after it, from the one offset every replica resumes at, and drops
+the same offsets as the others."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 
 import klog
 from klog.broker.verify import discard_damaged, plan_discards
+from klog.store.log import PartitionLog
+from klog.store.reader import PartitionReader
 from tests.segment_files import batch_positions as _batch_starts
 from tests.segment_files import flip_bit as _flip
 
@@ -37,9 +40,13 @@ def test_every_replica_keeps_the_batches_after_the_damage(rstore, damaged_batche
     [plan] = plan_discards(store, "t")
     assert (plan.damaged_from, plan.resume) == (100, resume)
     [done] = discard_damaged(store, "t")
-    assert done.lost == f"0..{resume - 1}"
+    assert done.lost == f"100..{resume - 1}"  # the damaged offsets only: those before stay
     assert all(r["ok"] for r in store.verify("t")), store.verify("t")
-    assert [r.value for r in store.consumer("t")] == [b"%d" % i for i in range(resume, 400)]
-    for d in dirs:  # each replica holds the kept batches itself
-        assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "t-0", "*.log")))[0] == \
-            f"{resume:020d}.log"
+    want = [b"%d" % i for i in range(100)] + [b"%d" % i for i in range(resume, 400)]
+    assert [r.value for r in store.consumer("t")] == want
+    assert store.partition("t", 0).log_start_offset() == 0
+    images = set()
+    for d in dirs:  # each replica holds the kept batches itself, the same ones
+        log = PartitionLog(os.path.join(d, "t-0"))
+        images.add(tuple(fb.data for fetched in PartitionReader(log, 0, 400) for fb in fetched.batches))
+    assert len(images) == 1 and len(next(iter(images))) == 4 - (resume - 100) // 100

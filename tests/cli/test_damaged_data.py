@@ -1,7 +1,7 @@
 """Damaged data with no intact replica has a way out (issue 25): the reader's error names the next
 command; `consume --skip-damaged` prints everything readable and names what it skipped;
-`verify --repair --discard-damaged` moves the damage aside and the log start past it, saying which
-offsets were lost; after delete-records past the damage, verify is content."""
+`verify --repair --discard-damaged` moves the damaged batch aside (the rest stays, an offset gap in
+its place), saying which offsets were lost; after delete-records past the damage, verify is content."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_discard_damaged_asks_then_moves_the_damage_aside_and_says_what_was_lost
     assert cli("consume", "t").exit_code == 1  # nothing changed without the consent
     r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
     assert r.exit_code == 0, r
-    assert "t-0: discarded offsets 0..0 (damaged from offset 0); the log now starts at 1" in r.out
+    assert "t-0: discarded offsets 0..0 (the damaged batch); the records before and after it stay" in r.out
     [kept] = glob.glob(os.path.join(data_dir, "logs", "t-0", "*.discarded.corrupt"))
     with open(kept, "rb") as f:
         kept_bytes = f.read()
@@ -84,11 +84,12 @@ def test_discarding_damage_in_the_only_segment_keeps_offsets_going_up(cli, data_
     written(cli, 4, segment_bytes=1_000_000)
     damage(data_dir, at=100)  # the second batch of the one (active) segment
     r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
-    # the first batch goes with the log start; the two after the damaged one stay
-    assert r.exit_code == 0 and "discarded offsets 0..1" in r.out and "the log now starts at 2" in r.out, r
+    # only the damaged batch goes: the one before it and the two after it stay, the log start too
+    assert r.exit_code == 0 and "discarded offsets 1..1 (the damaged batch)" in r.out, r
     assert cli("produce", "t", input=b"after\n").exit_code == 0
     with klog.open(data_dir) as s:
-        assert [(x.offset, x.value) for x in s.consumer("t")] == [(2, b"v2"), (3, b"v3"), (4, b"after")]
+        assert [(x.offset, x.value) for x in s.consumer("t")] == [(0, b"v0"), (2, b"v2"), (3, b"v3"), (4, b"after")]
+        assert s.partition("t", 0).log_start_offset() == 0
     assert cli("verify", "t").exit_code == 0
 
 

@@ -366,8 +366,10 @@ def test_garbage_compressed_payload_is_a_corrupt_log_error_with_location(data_di
 
 
 def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
-    """With one replica, a damaged batch in the active segment found after a reboot costs the
-    records from there on (Kafka's rule); the writer must say so, with file, position and offset."""
+    """With one replica, a damaged last batch in the active segment found after a reboot (nothing
+    valid after it: a torn tail) costs the records from there on (Kafka's rule); the writer must
+    say so, with file, position and offset. (Damage that valid batches follow stays in place:
+    test_recovery_keeps_damage.py.)"""
     with klog.open(data_dir) as store:
         store.create_topic("one")
         with store.producer(batch_size=2000) as p:
@@ -375,7 +377,7 @@ def test_rf1_recovery_cutting_committed_records_says_so(data_dir, monkeypatch):
                 p.send("one", b"value-%08d" % i, partition=0)
         folder = store.partition("one", 0).leader.directory
     path = active_log_path(folder)
-    position, batch = batches_in(path)[20]
+    position, batch = batches_in(path)[-1]
     offset = codec.read_header(batch).base_offset
     with open(path, "r+b") as f:
         f.seek(position + 70)
