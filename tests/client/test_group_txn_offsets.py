@@ -1,0 +1,66 @@
+"""The library's read_committed group consumer and offsets of transactions (KIP-447).
+
+Goal: a member never starts a partition below offsets a decided transaction is committing (it
+waits, as Kafka's consumer does on UNSTABLE_OFFSET_COMMIT), and a committed offset past the last
+stable offset but within the high watermark is where it starts (not out of range).
+Method: one store in-process; a commit decided and left half-done as a producer killed between
+PrepareCommit and CompleteCommit leaves it.
+"""
+
+from __future__ import annotations
+
+import klog
+from klog.meta import transactions as tx
+from klog.meta.groups import GroupsMeta
+
+POLL_ROUNDS_MAX = 100
+
+
+def _first_offsets(consumer, rounds: int, timeout_ms: int = 20) -> list[int]:
+    for _ in range(rounds):
+        records = consumer.poll(timeout_ms)
+        if records:
+            return [r.offset for r in records]
+    return []
+
+
+def test_waits_for_offsets_a_decided_commit_is_completing(data_dir):
+    with klog.open(data_dir) as store:
+        store.create_topic("in", 1)
+        with store.producer() as p:
+            for i in range(10):
+                p.send("in", b"%d" % i)
+        prod = store.producer(transactional_id="etl")
+        prod.begin()
+        prod.send("out", b"processed 0..4")
+        prod.send_offsets("g", {("in", 0): 5})
+        prod.flush()
+        coord = prod.coordinator  # decided (PrepareCommit, durable), then the process "dies"
+        coord._change("etl", lambda meta: tx.end_transaction(meta, prod.producer_id, prod.epoch, True, coord.clock()))
+        assert coord.meta.get("etl").state in tx.PREPARING
+        c = store.group_consumer("g", "in", isolation_level="read_committed", auto_offset_reset="earliest")
+        try:
+            assert _first_offsets(c, 10) == []  # not offsets 0..4 again: it waits for the commit
+            assert c.assignment() == []
+            coord._finish(coord.meta.get("etl"))  # the coordinator completes it (its timer, a restart)
+            assert _first_offsets(c, POLL_ROUNDS_MAX)[0] == 5
+            assert c.assignment() == [("in", 0)]
+        finally:
+            c.close()
+        assert GroupsMeta(store.meta).committed("g")[("in", 0)].offset == 10
+
+
+def test_read_uncommitted_does_not_wait(data_dir):
+    with klog.open(data_dir) as store:
+        store.create_topic("in", 1)
+        with store.producer() as p:
+            for i in range(3):
+                p.send("in", b"%d" % i)
+        prod = store.producer(transactional_id="etl")
+        prod.begin()
+        prod.send_offsets("g", {("in", 0): 2})
+        prod.flush()
+        with store.group_consumer("g", "in", auto_offset_reset="earliest") as c:
+            assert _first_offsets(c, POLL_ROUNDS_MAX)[0] == 0
+        prod.abort()
+        prod.close()
