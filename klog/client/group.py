@@ -334,11 +334,13 @@ class GroupConsumer:
         return {**self._reset_to, **self._consumed}
 
     def _start_offset(self, tp: TP, committed: CommittedOffset | None) -> int:
-        """The committed offset if the log still has it, else where auto.offset.reset says."""
+        """The committed offset if the log still has it, else where auto.offset.reset says.
+
+        In range means within [log start, high watermark] at either isolation level, as Kafka's
+        fetch bounds it: a read_committed reader at a committed offset past the last stable offset
+        waits there until the transactions below it end (auto.offset.reset re-read everything)."""
         part = self.store.partition(*tp)
         low, high = part.log_start_offset(), part.high_watermark()
-        if self.config.isolation_level == READ_COMMITTED:
-            high = StableView(part.leader).refresh(high)  # a read_committed consumer's end: the LSO
         if committed is not None and low <= committed.offset <= high:
             return committed.offset
         reset = self.config.auto_offset_reset
@@ -346,7 +348,11 @@ class GroupConsumer:
             why = "no committed offset" if committed is None else f"committed offset {committed.offset} is out of " \
                                                                    f"range [{low}, {high}]"
             raise GroupError(f"{tp[0]}-{tp[1]}: {why} in group '{self.group}' and auto.offset.reset is none")
-        return low if reset == "earliest" else high
+        if reset == "earliest":
+            return low
+        if self.config.isolation_level == READ_COMMITTED:
+            return StableView(part.leader).refresh(high)  # a read_committed consumer's latest: the LSO
+        return high
 
     # -- reading ---------------------------------------------------------------------------------
     def assignment(self) -> list[TP]:

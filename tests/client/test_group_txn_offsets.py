@@ -64,3 +64,28 @@ def test_read_uncommitted_does_not_wait(data_dir):
             assert _first_offsets(c, POLL_ROUNDS_MAX)[0] == 0
         prod.abort()
         prod.close()
+
+
+def test_a_committed_offset_past_the_last_stable_offset_is_kept(data_dir):
+    with klog.open(data_dir) as store:
+        store.create_topic("in", 1)
+        with store.producer() as p:
+            for i in range(5):
+                p.send("in", b"%d" % i)
+        upstream = store.producer(transactional_id="upstream")
+        upstream.begin()
+        upstream.send("in", b"open")  # offset 5: the last stable offset stays 5
+        upstream.flush()
+        with store.producer() as p:
+            for i in range(5, 8):
+                p.send("in", b"%d" % i)  # offsets 6..8, high watermark 9
+        GroupsMeta(store.meta).set_offsets("g", {("in", 0): 8})  # as a read_uncommitted member would
+        c = store.group_consumer("g", "in", isolation_level="read_committed", auto_offset_reset="earliest")
+        try:
+            assert _first_offsets(c, 10) == []  # not 0..4 (a reset to earliest): it waits at 8
+            assert c.position("in", 0) == 8
+            upstream.commit()  # the marker at 9: the last stable offset passes 8
+            assert _first_offsets(c, POLL_ROUNDS_MAX) == [8]
+        finally:
+            c.close()
+        upstream.close()
