@@ -59,6 +59,9 @@ SEQUENCE_MAX = 2**31 - 1
 # far more than real producers use (one id per producer instance), ~10 MB a partition, ~200 MB in all
 PRODUCERS_PER_PARTITION_MAX = 10_000
 PRODUCERS_MAX = 200_000
+# producers dropped past those bounds (not expired) remembered by their last sequences (~0.5 KB each),
+# so that a retry of a batch already written is still a duplicate and the next batch goes on
+DROPPED_MAX = 20_000
 TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
@@ -159,6 +162,14 @@ class _ProducerEntry:
     in_txn: bool = False  # a transactional batch appended and no marker since: never dropped
 
 
+@dataclass(slots=True, frozen=True)
+class _Dropped:
+    """What is kept of a producer's entry dropped past the bounds: its epoch and last batches."""
+    epoch: int
+    recent: tuple  # of _Appended
+    dropped_ms: int
+
+
 def _seq_add(seq: int, delta: int) -> int:
     """Sequences wrap at 2^31-1 back to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
     return (seq + delta) % (SEQUENCE_MAX + 1)
@@ -175,8 +186,15 @@ class ProducerStates:
     made 420 new ids a second, 1.4 GB an hour): an entry idle for producer.id.expiration.ms is
     dropped by expire() (Kafka's removeExpiredProducers), and past `per_partition_max` entries in
     a partition or `total_max` in all, the least recently appended one goes. Never one with an open
-    transaction. A producer dropped and writing again at a sequence other than 0 is answered
-    UNKNOWN_PRODUCER_ID, as by Kafka after expiration (its clients reset their sequences on it).
+    transaction.
+
+    A producer with no entry (new in the partition, its batches deleted, or expired) may start at
+    any sequence, as in Kafka 3.9 (ProducerAppendInfo.checkSequence: no epoch known, any sequence;
+    librdkafka keeps a producer's sequences past a batch refused inside an aborted transaction).
+    One dropped past the bounds (Kafka has none) is remembered by its last batches (`DROPPED_MAX`
+    of them, until producer.id.expiration.ms): a retry of one of them is answered as a duplicate,
+    the next sequence is taken, and any other is answered UNKNOWN_PRODUCER_ID (its clients reset
+    their sequences on it): a retry is never written twice.
     """
 
     def __init__(self, per_partition_max: int = PRODUCERS_PER_PARTITION_MAX, total_max: int = PRODUCERS_MAX,
@@ -193,6 +211,7 @@ class ProducerStates:
         self.expiration_ms = expiration_ms
         self.clock = clock  # epoch ms (a test's hook)
         self.evicted = 0  # entries dropped past the bounds (the serve timer logs and resets it)
+        self._dropped: OrderedDict[tuple[str, int, int], _Dropped] = OrderedDict()  # oldest first
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -214,16 +233,22 @@ class ProducerStates:
             # not be read, which bounds the first idempotent write's scan of a long log
             now = self.clock()
             since = now - self.expiration_ms
+            dropped: dict[int, _ProducerEntry] = {}
             for header in batch_headers(part, since_ms=since):
                 if header.producer_id < 0:
                     continue
                 if header.is_control:  # a transaction's marker: it is over
                     self._marked(states, header, min(header.max_timestamp, now))
-                    self._over_partition_max(states, len(states) - self.per_partition_max)
+                    dropped.update(self._over_partition_max(states, len(states) - self.per_partition_max))
                 elif header.base_sequence >= 0:
                     self._record(states, header, header.base_offset, min(header.max_timestamp, now))
-                    self._over_partition_max(states, len(states) - self.per_partition_max)
+                    dropped.update(self._over_partition_max(states, len(states) - self.per_partition_max))
             with self._lock:
+                for pid, entry in dropped.items():
+                    if pid not in states:
+                        self._remember_dropped((*key, pid), entry)
+                for pid in states:
+                    self._dropped.pop((*key, pid), None)
                 # the log's producers count as the least recently used: first to go past total_max
                 for pid in reversed(states):
                     self._lru[(*key, pid)] = None
@@ -265,16 +290,21 @@ class ProducerStates:
             entry.recent.clear()
 
     @staticmethod
-    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[int]:
+    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[tuple[int, _ProducerEntry]]:
         """Take the `excess` least recently appended entries without an open transaction out of
-        `states`; their producer ids. (Every change of a published partition's entries is made under
-        self._lock: none meanwhile.)"""
+        `states`; their producer ids and entries. (Every change of a published partition's entries
+        is made under self._lock: none meanwhile.)"""
         if excess <= 0:
             return []
         gone = list(itertools.islice((pid for pid, e in states.items() if not e.in_txn), excess))
-        for pid in gone:
-            del states[pid]
-        return gone
+        return [(pid, states.pop(pid)) for pid in gone]
+
+    def _remember_dropped(self, lru_key: tuple[str, int, int], entry: _ProducerEntry) -> None:
+        """An entry dropped past the bounds: keep its last batches (lock held)."""
+        self._dropped.pop(lru_key, None)
+        self._dropped[lru_key] = _Dropped(entry.epoch, tuple(entry.recent), self.clock())
+        while len(self._dropped) > DROPPED_MAX:
+            self._dropped.popitem(last=False)
 
     def _bound_total(self) -> None:
         """Drop the least recently appended entries past total_max (lock held); an entry with an open
@@ -290,8 +320,8 @@ class ProducerStates:
                 continue
             del self._lru[lru_key]
             self.evicted += 1
-            if states is not None:
-                states.pop(lru_key[2], None)
+            if states is not None and (gone := states.pop(lru_key[2], None)) is not None:
+                self._remember_dropped(lru_key, gone)
 
     def expire(self, entries_max: int = 10_000, chunk: int = 1_000) -> int:
         """Drop the entries idle for expiration_ms (by their last append) without an open transaction,
@@ -351,10 +381,10 @@ class ProducerStates:
             return False  # (forgotten since the caller's look: an alter or delete of the topic)
         entry = states.get(header.producer_id)
         if entry is None:
-            if header.base_sequence != 0:
-                raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
-                                           f"sequence {header.base_sequence} (expected 0)")
-            return True
+            dropped = self._dropped.get((*key, header.producer_id))
+            if dropped is not None and self.clock() - dropped.dropped_ms < self.expiration_ms:
+                self._check_dropped(part, header, data, dropped)
+            return True  # no state: any sequence (Kafka 3.9's checkSequence without a producer epoch)
         if entry.in_txn and not header.attributes & TRANSACTIONAL_FLAG_MASK:
             # Kafka's rule: else any client allowed the topic raised the epoch kept here under the id
             # (in every fetched batch), and the transaction's next batch was refused
@@ -383,6 +413,27 @@ class ProducerStates:
                                           f"expected {expected}")
         return True
 
+    @staticmethod
+    def _check_dropped(part, header: BatchHeader, data: bytes, dropped: _Dropped) -> None:  # noqa: ANN001
+        """A batch of a producer dropped past the bounds: a retry of one of its last batches is a
+        duplicate, the next sequence or a new start at 0 goes on; anything else cannot be told from
+        a retry of a batch older than those kept, so it is refused (the client resets)."""
+        if header.producer_epoch < dropped.epoch:
+            raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+                                            f"than {dropped.epoch}")
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        if header.producer_epoch == dropped.epoch:
+            for done in dropped.recent:
+                if done.first_seq == header.base_sequence and done.last_seq == last_seq:
+                    if _written_at(part, done.base_offset, data, header):
+                        raise DuplicateSequenceError(done.base_offset)
+                    break
+            if dropped.recent and header.base_sequence == _seq_add(dropped.recent[-1].last_seq, 1):
+                return
+        if header.base_sequence != 0:
+            raise UnknownProducerError(f"producer {header.producer_id} has no state here any more (dropped past "
+                                       f"the producer state bounds) and sent sequence {header.base_sequence}")
+
     def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
         if header.producer_id >= 0 and header.base_sequence >= 0:
             with self._lock:
@@ -394,9 +445,12 @@ class ProducerStates:
                         self._lru.move_to_end(lru_key)
                     except KeyError:
                         self._lru[lru_key] = None
-                        for pid in self._over_partition_max(states, len(states) - self.per_partition_max):
+                        if self._dropped:
+                            self._dropped.pop(lru_key, None)
+                        for pid, gone in self._over_partition_max(states, len(states) - self.per_partition_max):
                             del self._lru[(key[0], key[1], pid)]
                             self.evicted += 1
+                            self._remember_dropped((key[0], key[1], pid), gone)
                         if len(self._lru) > self.total_max:
                             self._bound_total()
 
