@@ -152,6 +152,7 @@ class _Appended:
     first_seq: int
     last_seq: int
     base_offset: int
+    max_timestamp: int = -1  # the batch's (DescribeProducers' last timestamp, as Kafka's BatchMetadata)
 
 
 @dataclass(slots=True)
@@ -265,7 +266,7 @@ class ProducerStates:
             entry = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT), in_txn=in_txn)
         states[header.producer_id] = entry
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
-        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset, header.max_timestamp))
         entry.last_ms = now_ms
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             entry.in_txn = True
@@ -868,9 +869,10 @@ class RawAppender:
                         out[i] = e  # not acknowledged: the client retries it
         return out  # type: ignore[return-value]
 
-    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
-        producer the partition keeps state for (DescribeProducers)."""
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, start offset of its open transaction or -1, its last
+        batch's max timestamp or -1) of each producer the partition keeps state for
+        (DescribeProducers)."""
         from klog.broker.offsets import stable_view
 
         part = self.partition(topic, partition)
@@ -881,9 +883,10 @@ class RawAppender:
             with view_lock:
                 view.refresh(part.high_watermark())
                 open_txns = dict(view.tracker.open)
-            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1),
+                    e.recent[-1].max_timestamp if e.recent else -1)
                    for pid, e in list(states.items())]  # (list: one step; the timer may drop entries)
-            out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
+            out += [(pid, -1, -1, first, -1) for pid, first in open_txns.items() if pid not in states]
         return sorted(out)
 
     # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------
