@@ -356,8 +356,9 @@ class GroupConsumer:
 
     # -- reading ---------------------------------------------------------------------------------
     def assignment(self) -> list[TP]:
-        """The partitions this member holds (reads) right now."""
-        return sorted(self._cursors)
+        """The partitions this member holds right now (those waiting for a transaction's offsets
+        too, as in Kafka's assignment: they are read once it ends)."""
+        return sorted(set(self._cursors) | self._unstable)
 
     def position(self, topic: str, partition: int) -> int:
         return self._cursors[(topic, partition)].offset

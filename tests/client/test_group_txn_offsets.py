@@ -41,7 +41,7 @@ def test_waits_for_offsets_a_decided_commit_is_completing(data_dir):
         c = store.group_consumer("g", "in", isolation_level="read_committed", auto_offset_reset="earliest")
         try:
             assert _first_offsets(c, 10) == []  # not offsets 0..4 again: it waits for the commit
-            assert c.assignment() == []
+            assert c.assignment() == [("in", 0)]  # held, not read yet
             coord._finish(coord.meta.get("etl"))  # the coordinator completes it (its timer, a restart)
             assert _first_offsets(c, POLL_ROUNDS_MAX)[0] == 5
             assert c.assignment() == [("in", 0)]
@@ -89,3 +89,42 @@ def test_a_committed_offset_past_the_last_stable_offset_is_kept(data_dir):
         finally:
             c.close()
         upstream.close()
+
+
+def test_a_partition_waiting_for_offsets_moves_in_a_rebalance_and_still_waits(data_dir):
+    with klog.open(data_dir) as store:
+        store.create_topic("in", 2)
+        with store.producer() as p:
+            for i in range(4):
+                for part in (0, 1):
+                    p.send("in", b"%d" % i, partition=part)
+        prod = store.producer(transactional_id="etl")
+        prod.begin()
+        prod.send_offsets("g", {("in", 0): 2, ("in", 1): 3})
+        prod.flush()
+        first = store.group_consumer("g", "in", isolation_level="read_committed")
+        second = None
+        try:
+            assert _first_offsets(first, 5) == []
+            assert first.assignment() == [("in", 0), ("in", 1)]
+            second = store.group_consumer("g", "in", isolation_level="read_committed")
+            read: list[tuple[int, int]] = []
+            for _ in range(POLL_ROUNDS_MAX):  # the rebalance: one partition each, both still waiting
+                for c in (first, second):
+                    read += [(r.partition, r.offset) for r in c.poll(10)]
+                if len(first.assignment()) == len(second.assignment()) == 1:
+                    break
+            assert len(first.assignment()) == len(second.assignment()) == 1
+            assert read == []
+            prod.commit()
+            for _ in range(POLL_ROUNDS_MAX):
+                for c in (first, second):
+                    read += [(r.partition, r.offset) for r in c.poll(10)]
+                if len(read) == 3:
+                    break
+            assert sorted(read) == [(0, 2), (0, 3), (1, 3)]
+        finally:
+            first.close()
+            if second is not None:
+                second.close()
+        prod.close()
