@@ -24,12 +24,18 @@ def _first_offsets(consumer, rounds: int, timeout_ms: int = 20) -> list[int]:
     return []
 
 
+def _input(store, records: int, partitions: int = 1) -> None:
+    """Topic 'in' with `records` records in each partition."""
+    store.create_topic("in", partitions)
+    with store.producer() as p:
+        for i in range(records):
+            for part in range(partitions):
+                p.send("in", b"%d" % i, partition=part)
+
+
 def test_waits_for_offsets_a_decided_commit_is_completing(data_dir):
     with klog.open(data_dir) as store:
-        store.create_topic("in", 1)
-        with store.producer() as p:
-            for i in range(10):
-                p.send("in", b"%d" % i)
+        _input(store, 10)
         prod = store.producer(transactional_id="etl")
         prod.begin()
         prod.send("out", b"processed 0..4")
@@ -52,10 +58,7 @@ def test_waits_for_offsets_a_decided_commit_is_completing(data_dir):
 
 def test_read_uncommitted_does_not_wait(data_dir):
     with klog.open(data_dir) as store:
-        store.create_topic("in", 1)
-        with store.producer() as p:
-            for i in range(3):
-                p.send("in", b"%d" % i)
+        _input(store, 3)
         prod = store.producer(transactional_id="etl")
         prod.begin()
         prod.send_offsets("g", {("in", 0): 2})
@@ -68,10 +71,7 @@ def test_read_uncommitted_does_not_wait(data_dir):
 
 def test_a_committed_offset_past_the_last_stable_offset_is_kept(data_dir):
     with klog.open(data_dir) as store:
-        store.create_topic("in", 1)
-        with store.producer() as p:
-            for i in range(5):
-                p.send("in", b"%d" % i)
+        _input(store, 5)
         upstream = store.producer(transactional_id="upstream")
         upstream.begin()
         upstream.send("in", b"open")  # offset 5: the last stable offset stays 5
@@ -93,11 +93,7 @@ def test_a_committed_offset_past_the_last_stable_offset_is_kept(data_dir):
 
 def test_a_partition_waiting_for_offsets_moves_in_a_rebalance_and_still_waits(data_dir):
     with klog.open(data_dir) as store:
-        store.create_topic("in", 2)
-        with store.producer() as p:
-            for i in range(4):
-                for part in (0, 1):
-                    p.send("in", b"%d" % i, partition=part)
+        _input(store, 4, partitions=2)
         prod = store.producer(transactional_id="etl")
         prod.begin()
         prod.send_offsets("g", {("in", 0): 2, ("in", 1): 3})
