@@ -51,8 +51,8 @@ def max_timestamp_offset(part: Partition) -> tuple[int, int]:
 
 
 def timestamp_at(part: Partition, offset: int) -> int:
-    """The timestamp of the record at `offset` (LogAppendTime applied), or -1 if none is there (a
-    compacted-away offset: then the next record's, as a lookup by time would have found it)."""
+    """The timestamp of the record at `offset` (LogAppendTime applied): of the first record at or
+    after it where compaction removed it, -1 where the log holds none."""
     for batch in part.read(offset, max_bytes=1):
         for found, timestamp, *_ in batch.records():
             if found >= offset:
