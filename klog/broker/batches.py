@@ -259,14 +259,16 @@ class ProducerStates:
         return states
 
     @staticmethod
-    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int, now_ms: int) -> None:
+    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int, now_ms: int,
+                append_time: int = -1) -> None:
         entry = states.pop(header.producer_id, None)  # (put back last: the partition's order of use)
         if entry is None or header.producer_epoch > entry.epoch:
             in_txn = entry is not None and entry.in_txn
             entry = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT), in_txn=in_txn)
         states[header.producer_id] = entry
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
-        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset, header.max_timestamp))
+        max_timestamp = append_time if append_time >= 0 else header.max_timestamp  # (LogAppendTime: the broker's)
+        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset, max_timestamp))
         entry.last_ms = now_ms
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             entry.in_txn = True
@@ -435,12 +437,14 @@ class ProducerStates:
             raise UnknownProducerError(f"producer {header.producer_id} has no state here any more (dropped past "
                                        f"the producer state bounds) and sent sequence {header.base_sequence}")
 
-    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
+    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int, append_time: int = -1) -> None:
+        """The batch (`header` as the client sent it) is in the log at `base_offset`; `append_time`:
+        the LogAppendTime it was given, or -1."""
         if header.producer_id >= 0 and header.base_sequence >= 0:
             with self._lock:
                 states = self._by_partition.get(key)
                 if states is not None:
-                    self._record(states, header, base_offset, self.clock())
+                    self._record(states, header, base_offset, self.clock(), append_time)
                     lru_key = (key[0], key[1], header.producer_id)
                     try:
                         self._lru.move_to_end(lru_key)
@@ -539,7 +543,7 @@ class PendingAppend:
         owner, part, key = self.owner, self.part, (self.topic, self.partition)
         try:
             self.together.synced(error)
-            owner.producers.appended(key, self.header, self.base_offset)
+            owner.producers.appended(key, self.header, self.base_offset, self.append_time)
             log_start = part.log_start_offset()  # (the lock held: the state just written, no read)
         finally:
             part.lock.release()
@@ -695,7 +699,7 @@ class RawAppender:
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
             base = self.writer.append_batch(topic, partition, data, acks)
-            self.producers.appended(key, header, base)
+            self.producers.appended(key, header, base, append_time)
             return RawAppendResult(base, append_time, part.log_start_offset())
 
     def append_begin(self, topic: str, partition: int, data: bytes,
@@ -855,7 +859,7 @@ class RawAppender:
 
             def acknowledged(w: int, bases: list[int]) -> None:
                 i, partition, header, _, append_time = writes[w]
-                self.producers.appended((topic, partition), header, bases[0])
+                self.producers.appended((topic, partition), header, bases[0], append_time)
                 with self._guard:
                     part = self.store.partition(topic, partition)
                 out[i] = RawAppendResult(bases[0], append_time, part.log_start_offset())

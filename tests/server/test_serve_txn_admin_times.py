@@ -52,3 +52,16 @@ def test_a_completed_transaction_keeps_its_start_time(kafka_server):
     assert state.transaction_state == "CompleteCommit"
     start = int(state.transaction_start_time.timestamp() * 1000)
     assert before - 1 <= start <= after + 1
+
+
+def test_describe_producers_on_a_log_append_time_topic_names_the_append_time(kafka_server):
+    from kio.schema.describe_producers.v0 import request as dp
+
+    kafka_server.store.create_topic("la", configs={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    with RawClient(kafka_server.port) as client:
+        assert produce(client, "la", 0, batch([b"a"], producer_id=78, epoch=0, sequence=0, timestamp=1))[0] == E.none
+        answer = client.send(61, 0, topics=(dp.TopicRequest(name="la", partition_indexes=(0,)),))
+    after = int(time.time() * 1000)
+    (state,) = answer.topics[0].partitions[0].active_producers
+    assert before <= int(state.last_timestamp) <= after  # the broker's time, not the one sent
