@@ -59,6 +59,9 @@ SEQUENCE_MAX = 2**31 - 1
 # far more than real producers use (one id per producer instance), ~10 MB a partition, ~200 MB in all
 PRODUCERS_PER_PARTITION_MAX = 10_000
 PRODUCERS_MAX = 200_000
+# producers dropped past those bounds (not expired) remembered by their last sequences (~0.5 KB each),
+# so that a retry of a batch already written is still a duplicate and the next batch goes on
+DROPPED_MAX = 20_000
 TOPIC_REFRESH_S = 5.0  # how stale a long-lived writer's view of a topic's configs may get
 
 
@@ -149,6 +152,7 @@ class _Appended:
     first_seq: int
     last_seq: int
     base_offset: int
+    max_timestamp: int = -1  # the batch's (DescribeProducers' last timestamp, as Kafka's BatchMetadata)
 
 
 @dataclass(slots=True)
@@ -157,6 +161,14 @@ class _ProducerEntry:
     recent: deque  # of _Appended, the last SEQUENCES_KEPT
     last_ms: int = 0  # when its last batch was appended (wall clock, ms): what expiration counts from
     in_txn: bool = False  # a transactional batch appended and no marker since: never dropped
+
+
+@dataclass(slots=True, frozen=True)
+class _Dropped:
+    """What is kept of a producer's entry dropped past the bounds: its epoch and last batches."""
+    epoch: int
+    recent: tuple  # of _Appended
+    dropped_ms: int
 
 
 def _seq_add(seq: int, delta: int) -> int:
@@ -175,8 +187,15 @@ class ProducerStates:
     made 420 new ids a second, 1.4 GB an hour): an entry idle for producer.id.expiration.ms is
     dropped by expire() (Kafka's removeExpiredProducers), and past `per_partition_max` entries in
     a partition or `total_max` in all, the least recently appended one goes. Never one with an open
-    transaction. A producer dropped and writing again at a sequence other than 0 is answered
-    UNKNOWN_PRODUCER_ID, as by Kafka after expiration (its clients reset their sequences on it).
+    transaction.
+
+    A producer with no entry (new in the partition, its batches deleted, or expired) may start at
+    any sequence, as in Kafka 3.9 (ProducerAppendInfo.checkSequence: no epoch known, any sequence;
+    librdkafka keeps a producer's sequences past a batch refused inside an aborted transaction).
+    One dropped past the bounds (Kafka has none) is remembered by its last batches (`DROPPED_MAX`
+    of them, until producer.id.expiration.ms): a retry of one of them is answered as a duplicate,
+    the next sequence is taken, and any other is answered UNKNOWN_PRODUCER_ID (its clients reset
+    their sequences on it): a retry is never written twice.
     """
 
     def __init__(self, per_partition_max: int = PRODUCERS_PER_PARTITION_MAX, total_max: int = PRODUCERS_MAX,
@@ -193,6 +212,7 @@ class ProducerStates:
         self.expiration_ms = expiration_ms
         self.clock = clock  # epoch ms (a test's hook)
         self.evicted = 0  # entries dropped past the bounds (the serve timer logs and resets it)
+        self._dropped: OrderedDict[tuple[str, int, int], _Dropped] = OrderedDict()  # oldest first
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -214,16 +234,22 @@ class ProducerStates:
             # not be read, which bounds the first idempotent write's scan of a long log
             now = self.clock()
             since = now - self.expiration_ms
+            dropped: dict[int, _ProducerEntry] = {}
             for header in batch_headers(part, since_ms=since):
                 if header.producer_id < 0:
                     continue
                 if header.is_control:  # a transaction's marker: it is over
                     self._marked(states, header, min(header.max_timestamp, now))
-                    self._over_partition_max(states, len(states) - self.per_partition_max)
+                    dropped.update(self._over_partition_max(states, len(states) - self.per_partition_max))
                 elif header.base_sequence >= 0:
                     self._record(states, header, header.base_offset, min(header.max_timestamp, now))
-                    self._over_partition_max(states, len(states) - self.per_partition_max)
+                    dropped.update(self._over_partition_max(states, len(states) - self.per_partition_max))
             with self._lock:
+                for pid, entry in dropped.items():
+                    if pid not in states:
+                        self._remember_dropped((*key, pid), entry)
+                for pid in states:
+                    self._dropped.pop((*key, pid), None)
                 # the log's producers count as the least recently used: first to go past total_max
                 for pid in reversed(states):
                     self._lru[(*key, pid)] = None
@@ -233,14 +259,16 @@ class ProducerStates:
         return states
 
     @staticmethod
-    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int, now_ms: int) -> None:
+    def _record(states: dict[int, _ProducerEntry], header: BatchHeader, base_offset: int, now_ms: int,
+                append_time: int = -1) -> None:
         entry = states.pop(header.producer_id, None)  # (put back last: the partition's order of use)
         if entry is None or header.producer_epoch > entry.epoch:
             in_txn = entry is not None and entry.in_txn
             entry = _ProducerEntry(header.producer_epoch, deque(maxlen=SEQUENCES_KEPT), in_txn=in_txn)
         states[header.producer_id] = entry
         last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
-        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset))
+        max_timestamp = append_time if append_time >= 0 else header.max_timestamp  # (LogAppendTime: the broker's)
+        entry.recent.append(_Appended(header.base_sequence, last_seq, base_offset, max_timestamp))
         entry.last_ms = now_ms
         if header.attributes & TRANSACTIONAL_FLAG_MASK:
             entry.in_txn = True
@@ -265,16 +293,21 @@ class ProducerStates:
             entry.recent.clear()
 
     @staticmethod
-    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[int]:
+    def _over_partition_max(states: dict[int, _ProducerEntry], excess: int) -> list[tuple[int, _ProducerEntry]]:
         """Take the `excess` least recently appended entries without an open transaction out of
-        `states`; their producer ids. (Every change of a published partition's entries is made under
-        self._lock: none meanwhile.)"""
+        `states`; their producer ids and entries. (Every change of a published partition's entries
+        is made under self._lock: none meanwhile.)"""
         if excess <= 0:
             return []
         gone = list(itertools.islice((pid for pid, e in states.items() if not e.in_txn), excess))
-        for pid in gone:
-            del states[pid]
-        return gone
+        return [(pid, states.pop(pid)) for pid in gone]
+
+    def _remember_dropped(self, lru_key: tuple[str, int, int], entry: _ProducerEntry) -> None:
+        """An entry dropped past the bounds: keep its last batches (lock held)."""
+        self._dropped.pop(lru_key, None)
+        self._dropped[lru_key] = _Dropped(entry.epoch, tuple(entry.recent), self.clock())
+        while len(self._dropped) > DROPPED_MAX:
+            self._dropped.popitem(last=False)
 
     def _bound_total(self) -> None:
         """Drop the least recently appended entries past total_max (lock held); an entry with an open
@@ -290,8 +323,8 @@ class ProducerStates:
                 continue
             del self._lru[lru_key]
             self.evicted += 1
-            if states is not None:
-                states.pop(lru_key[2], None)
+            if states is not None and (gone := states.pop(lru_key[2], None)) is not None:
+                self._remember_dropped(lru_key, gone)
 
     def expire(self, entries_max: int = 10_000, chunk: int = 1_000) -> int:
         """Drop the entries idle for expiration_ms (by their last append) without an open transaction,
@@ -351,10 +384,10 @@ class ProducerStates:
             return False  # (forgotten since the caller's look: an alter or delete of the topic)
         entry = states.get(header.producer_id)
         if entry is None:
-            if header.base_sequence != 0:
-                raise UnknownProducerError(f"producer {header.producer_id} has no state here and sent "
-                                           f"sequence {header.base_sequence} (expected 0)")
-            return True
+            dropped = self._dropped.get((*key, header.producer_id))
+            if dropped is not None and self.clock() - dropped.dropped_ms < self.expiration_ms:
+                self._check_dropped(part, header, data, dropped)
+            return True  # no state: any sequence (Kafka 3.9's checkSequence without a producer epoch)
         if entry.in_txn and not header.attributes & TRANSACTIONAL_FLAG_MASK:
             # Kafka's rule: else any client allowed the topic raised the epoch kept here under the id
             # (in every fetched batch), and the transaction's next batch was refused
@@ -383,20 +416,46 @@ class ProducerStates:
                                           f"expected {expected}")
         return True
 
-    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int) -> None:
+    @staticmethod
+    def _check_dropped(part, header: BatchHeader, data: bytes, dropped: _Dropped) -> None:  # noqa: ANN001
+        """A batch of a producer dropped past the bounds: a retry of one of its last batches is a
+        duplicate, the next sequence or a new start at 0 goes on; anything else cannot be told from
+        a retry of a batch older than those kept, so it is refused (the client resets)."""
+        if header.producer_epoch < dropped.epoch:
+            raise InvalidProducerEpochError(f"producer {header.producer_id} epoch {header.producer_epoch} is older "
+                                            f"than {dropped.epoch}")
+        last_seq = _seq_add(header.base_sequence, header.last_offset_delta)
+        if header.producer_epoch == dropped.epoch:
+            for done in dropped.recent:
+                if done.first_seq == header.base_sequence and done.last_seq == last_seq:
+                    if _written_at(part, done.base_offset, data, header):
+                        raise DuplicateSequenceError(done.base_offset)
+                    break
+            if dropped.recent and header.base_sequence == _seq_add(dropped.recent[-1].last_seq, 1):
+                return
+        if header.base_sequence != 0:
+            raise UnknownProducerError(f"producer {header.producer_id} has no state here any more (dropped past "
+                                       f"the producer state bounds) and sent sequence {header.base_sequence}")
+
+    def appended(self, key: tuple[str, int], header: BatchHeader, base_offset: int, append_time: int = -1) -> None:
+        """The batch (`header` as the client sent it) is in the log at `base_offset`; `append_time`:
+        the LogAppendTime it was given, or -1."""
         if header.producer_id >= 0 and header.base_sequence >= 0:
             with self._lock:
                 states = self._by_partition.get(key)
                 if states is not None:
-                    self._record(states, header, base_offset, self.clock())
+                    self._record(states, header, base_offset, self.clock(), append_time)
                     lru_key = (key[0], key[1], header.producer_id)
                     try:
                         self._lru.move_to_end(lru_key)
                     except KeyError:
                         self._lru[lru_key] = None
-                        for pid in self._over_partition_max(states, len(states) - self.per_partition_max):
+                        if self._dropped:
+                            self._dropped.pop(lru_key, None)
+                        for pid, gone in self._over_partition_max(states, len(states) - self.per_partition_max):
                             del self._lru[(key[0], key[1], pid)]
                             self.evicted += 1
+                            self._remember_dropped((key[0], key[1], pid), gone)
                         if len(self._lru) > self.total_max:
                             self._bound_total()
 
@@ -484,7 +543,7 @@ class PendingAppend:
         owner, part, key = self.owner, self.part, (self.topic, self.partition)
         try:
             self.together.synced(error)
-            owner.producers.appended(key, self.header, self.base_offset)
+            owner.producers.appended(key, self.header, self.base_offset, self.append_time)
             log_start = part.log_start_offset()  # (the lock held: the state just written, no read)
         finally:
             part.lock.release()
@@ -640,7 +699,7 @@ class RawAppender:
             except DuplicateSequenceError as dup:
                 return RawAppendResult(dup.base_offset, append_time, part.log_start_offset(), duplicate=True)
             base = self.writer.append_batch(topic, partition, data, acks)
-            self.producers.appended(key, header, base)
+            self.producers.appended(key, header, base, append_time)
             return RawAppendResult(base, append_time, part.log_start_offset())
 
     def append_begin(self, topic: str, partition: int, data: bytes,
@@ -800,7 +859,7 @@ class RawAppender:
 
             def acknowledged(w: int, bases: list[int]) -> None:
                 i, partition, header, _, append_time = writes[w]
-                self.producers.appended((topic, partition), header, bases[0])
+                self.producers.appended((topic, partition), header, bases[0], append_time)
                 with self._guard:
                     part = self.store.partition(topic, partition)
                 out[i] = RawAppendResult(bases[0], append_time, part.log_start_offset())
@@ -814,9 +873,10 @@ class RawAppender:
                         out[i] = e  # not acknowledged: the client retries it
         return out  # type: ignore[return-value]
 
-    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
-        """(producer id, epoch, last sequence, start offset of its open transaction or -1) of each
-        producer the partition keeps state for (DescribeProducers)."""
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, start offset of its open transaction or -1, its last
+        batch's max timestamp or -1) of each producer the partition keeps state for
+        (DescribeProducers)."""
         from klog.broker.offsets import stable_view
 
         part = self.partition(topic, partition)
@@ -827,9 +887,10 @@ class RawAppender:
             with view_lock:
                 view.refresh(part.high_watermark())
                 open_txns = dict(view.tracker.open)
-            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1))
+            out = [(pid, e.epoch, e.recent[-1].last_seq if e.recent else -1, open_txns.get(pid, -1),
+                    e.recent[-1].max_timestamp if e.recent else -1)
                    for pid, e in list(states.items())]  # (list: one step; the timer may drop entries)
-            out += [(pid, -1, -1, first) for pid, first in open_txns.items() if pid not in states]
+            out += [(pid, -1, -1, first, -1) for pid, first in open_txns.items() if pid not in states]
         return sorted(out)
 
     # -- transaction markers (the coordinator's writes: klog.broker.txn_coordinator) ------------------

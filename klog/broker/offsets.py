@@ -50,6 +50,16 @@ def max_timestamp_offset(part: Partition) -> tuple[int, int]:
     return best.max_timestamp, best.last_offset
 
 
+def timestamp_at(part: Partition, offset: int) -> int:
+    """The timestamp of the record at `offset` (LogAppendTime applied): of the first record at or
+    after it where compaction removed it, -1 where the log holds none."""
+    for batch in part.read(offset, max_bytes=1):
+        for found, timestamp, *_ in batch.records():
+            if found >= offset:
+                return timestamp
+    return -1
+
+
 def stable_view(part: Any) -> tuple[Any, threading.Lock]:
     """The partition's StableView (klog.store.txn) and the lock to hold while using it."""
     from klog.store.txn import StableView

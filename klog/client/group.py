@@ -40,6 +40,7 @@ from klog.store.reader import Fetched, PartitionReader, reads_in_turn
 from klog.store.txn import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, StableView
 
 POLL_INTERVAL_MS = 20  # idle wait between fetches; also how soon a member notices a rebalance
+STABLE_RETRY_MS = 100  # Kafka's retry.backoff.ms: how often a partition waiting for stable offsets asks again
 HEARTBEAT_INTERVAL_MS_DEFAULT = 1000  # Kafka's is 3000; a local heartbeat is one small LMDB write
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000  # Kafka's auto.commit.interval.ms
 MAX_POLL_INTERVAL_MS_DEFAULT = 300_000  # Kafka's: a member whose code has not polled for this long leaves
@@ -141,6 +142,12 @@ class GroupConsumer:
         # or one out of range): auto-commit commits it, as Kafka's consumer commits every assigned
         # partition's position, so the group's next member starts there too (`-o end` then a restart)
         self._reset_to: dict[TP, int] = {}
+        # held partitions whose offsets a transaction has staged and not yet completed (read_committed):
+        # no cursor until it ends, as Kafka's consumer retries OffsetFetch (require_stable, KIP-447)
+        # while the answer is UNSTABLE_OFFSET_COMMIT; starting at the offsets from before it re-reads
+        # what the transaction's output already covers
+        self._unstable: set[TP] = set()
+        self._last_stable_check = 0.0
         self._in_hand: Record | None = None  # the record an iterator handed out last
         self._target: set[TP] = set()
         self._epoch = 0  # bumps when partitions are revoked: an iterator drops what it fetched before
@@ -208,6 +215,7 @@ class GroupConsumer:
         self._cursors.clear()
         self._consumed.clear()
         self._reset_to.clear()
+        self._unstable.clear()
         self._target = set()
         self._epoch += 1
 
@@ -223,7 +231,9 @@ class GroupConsumer:
         if doc is None or doc.generation != self.generation:
             self._sync()
             return
-        waiting = self._target - set(self._cursors)
+        if self._unstable and now - self._last_stable_check >= STABLE_RETRY_MS / 1000:
+            self._start_stable()
+        waiting = self._target - set(self._cursors) - self._unstable
         if any(doc.owners.get(tp_key(tp)) in (None, self.member_id) for tp in waiting):
             self._sync()
 
@@ -247,24 +257,56 @@ class GroupConsumer:
             self.generation = view.generation
             self._target = target
         wanted = sorted(self._target - (set(self._cursors) - set(revoked)))
+        # the staged offsets first, then the committed ones (meta.sync reads them), as the server's
+        # OffsetFetch does: the other way round, a transaction completing in between is neither
+        pending = self._pending_offsets() if wanted else set()
         view = self.meta.sync(self.group, self.member_id, self.generation, assignors.assign, commits=commits,
                               release=revoked, acquire=wanted)
         for tp in revoked:
             self._cursors.pop(tp, None)
             self._consumed.pop(tp, None)
             self._reset_to.pop(tp, None)
+            self._unstable.discard(tp)
         if view.generation != self.generation:
             return  # another rebalance started meanwhile: the next poll syncs again
         for tp in view.acquired:
-            part = self.store.partition(*tp)
-            stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
-            committed = view.committed.get(tp)
-            start = self._start_offset(tp, committed)
-            if committed is None or committed.offset != start:
-                self._reset_to[tp] = start
-            self._cursors[tp] = PartitionReader(part, start, stable=stable)
+            if tp in pending:
+                self._unstable.add(tp)
+            else:
+                self._unstable.discard(tp)
+                self._start(tp, view.committed.get(tp))
+        self._last_stable_check = time.monotonic()
         if view.acquired and self.on_assign is not None:
             self.on_assign(sorted(view.acquired))
+
+    def _pending_offsets(self) -> set[TP]:
+        """At read_committed, the group's partitions whose offsets a transaction has staged and not
+        completed (the broker's view, the one OffsetFetch's require_stable answers from)."""
+        if self.config.isolation_level != READ_COMMITTED:
+            return set()
+        from klog.meta.transactions import TransactionsMeta
+
+        return TransactionsMeta(self.store.meta).pending_offsets(self.group)
+
+    def _start_stable(self) -> None:
+        """Start the partitions that waited for a transaction's offsets, now that it has ended."""
+        self._last_stable_check = time.monotonic()
+        pending = self._pending_offsets()
+        ready = self._unstable - pending
+        if not ready:
+            return
+        committed = self.meta.committed(self.group)  # read after the pending ones, as in _sync
+        for tp in sorted(ready):
+            self._unstable.discard(tp)
+            self._start(tp, committed.get(tp))
+
+    def _start(self, tp: TP, committed: CommittedOffset | None) -> None:
+        part = self.store.partition(*tp)
+        stable = StableView(part.leader) if self.config.isolation_level == READ_COMMITTED else None
+        start = self._start_offset(tp, committed)
+        if committed is None or committed.offset != start:
+            self._reset_to[tp] = start
+        self._cursors[tp] = PartitionReader(part, start, stable=stable)
 
     def _revoke(self, revoked: list[TP]) -> dict[TP, tuple[int, str]]:
         """Call on_revoke (it may commit), then return the auto-commits for the revoked partitions."""
@@ -292,11 +334,13 @@ class GroupConsumer:
         return {**self._reset_to, **self._consumed}
 
     def _start_offset(self, tp: TP, committed: CommittedOffset | None) -> int:
-        """The committed offset if the log still has it, else where auto.offset.reset says."""
+        """The committed offset if the log still has it, else where auto.offset.reset says.
+
+        In range means within [log start, high watermark] at either isolation level, as Kafka's
+        fetch bounds it: a read_committed reader at a committed offset past the last stable offset
+        waits there until the transactions below it end (auto.offset.reset re-read everything)."""
         part = self.store.partition(*tp)
         low, high = part.log_start_offset(), part.high_watermark()
-        if self.config.isolation_level == READ_COMMITTED:
-            high = StableView(part.leader).refresh(high)  # a read_committed consumer's end: the LSO
         if committed is not None and low <= committed.offset <= high:
             return committed.offset
         reset = self.config.auto_offset_reset
@@ -304,12 +348,17 @@ class GroupConsumer:
             why = "no committed offset" if committed is None else f"committed offset {committed.offset} is out of " \
                                                                    f"range [{low}, {high}]"
             raise GroupError(f"{tp[0]}-{tp[1]}: {why} in group '{self.group}' and auto.offset.reset is none")
-        return low if reset == "earliest" else high
+        if reset == "earliest":
+            return low
+        if self.config.isolation_level == READ_COMMITTED:
+            return StableView(part.leader).refresh(high)  # a read_committed consumer's latest: the LSO
+        return high
 
     # -- reading ---------------------------------------------------------------------------------
     def assignment(self) -> list[TP]:
-        """The partitions this member holds (reads) right now."""
-        return sorted(self._cursors)
+        """The partitions this member holds right now (those waiting for a transaction's offsets
+        too, as in Kafka's assignment: they are read once it ends)."""
+        return sorted(set(self._cursors) | self._unstable)
 
     def position(self, topic: str, partition: int) -> int:
         return self._cursors[(topic, partition)].offset

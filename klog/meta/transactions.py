@@ -251,8 +251,13 @@ def fence_and_abort(meta: TxnMetadata, now: int, coordinator_epoch: int) -> None
 
 
 def complete(meta: TxnMetadata, now: int) -> None:
+    """CompleteCommit / CompleteAbort: the transaction's partitions and offsets go, its start time
+    stays (Kafka's prepareComplete keeps txnStartTimestamp: DescribeTransactions shows it, and
+    ListTransactions' duration filter counts from it, not from -1, which listed every ended one)."""
     meta.transition(COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT, now)
+    start = meta.start_ms
     meta.clear_transaction()
+    meta.start_ms = start
 
 
 # -- LMDB ---------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """ListOffsets: earliest (-2), latest (-1: the high watermark), max timestamp (-3), or the
-first offset at or after a time; the same answers as `klog offsets`."""
+first offset at or after a time (with that record's timestamp, as Kafka answers); the same
+offsets as `klog offsets`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from klog.broker.group_records import OFFSETS_TOPIC
-from klog.broker.offsets import last_stable_offset, max_timestamp_offset
+from klog.broker.offsets import last_stable_offset, max_timestamp_offset, timestamp_at
 from klog.errors import InvalidTopicError, KlogError, UnknownPartitionError, UnknownTopicError
 from klog.protocol.apis import LIST_OFFSETS
 from klog.protocol.kafka import NO_THROTTLE, E, leader_epoch_error, make, response_for
@@ -47,7 +48,8 @@ def _answer(ctx: RequestContext, topic: str, index: int, timestamp: int,
         found = part.offset_for_timestamp(timestamp)
         if found is None or found >= _fetchable_end(part, committed):
             return E.none, -1, -1, epoch
-        return E.none, timestamp, max(found, part.log_start_offset()), epoch
+        offset = max(found, part.log_start_offset())
+        return E.none, timestamp_at(part, offset), offset, epoch  # the record's, as Kafka answers
     except (UnknownTopicError, UnknownPartitionError):
         ctx.store.forget_topic_metadata(topic)
         return E.unknown_topic_or_partition, -1, -1, -1

@@ -588,7 +588,7 @@ async def describe_producers(ctx: RequestContext, request: Any) -> Any:
             parts.append(make(mod.PartitionResponse, partition_index=p, error_code=error, error_message=message,
                               active_producers=tuple(make(
                                   mod.ProducerState, producer_id=pid, producer_epoch=epoch, last_sequence=seq,
-                                  last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=start)
-                                  for pid, epoch, seq, start in producers)))
+                                  last_timestamp=ts, coordinator_epoch=-1, current_txn_start_offset=start)
+                                  for pid, epoch, seq, start, ts in producers)))
         topics.append(make(mod.TopicResponse, name=topic, partitions=tuple(parts)))
     return make(mod.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

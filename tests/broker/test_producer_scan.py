@@ -104,7 +104,7 @@ def test_a_producer_fenced_by_its_transaction_s_timeout_is_at_the_marker_s_epoch
     assert _broker_view(store, "t", now) == active_producers(store.partition("t", 0).leader, now)
     assert _broker_view(store, "t", now)[pid] == (None, epoch + 1)
     for broker in (appender, RawAppender(store)):  # as it runs, and restarted (rebuilt from the log)
-        assert (pid, epoch + 1, -1, -1) in broker.active_producers("t", 0)  # DescribeProducers
+        assert (pid, epoch + 1, -1, -1, -1) in broker.active_producers("t", 0)  # DescribeProducers (no batch since)
         with pytest.raises(InvalidProducerEpochError):
             broker.append("t", 0, _batch(pid, epoch, 1, now), "all")
 

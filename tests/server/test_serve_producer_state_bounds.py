@@ -1,8 +1,9 @@
 """Idempotent producers' states in `klog serve` are bounded: any client may put any producer id in
 a batch, and each id a partition keeps costs ~1 KB. Idle ones expire (Kafka's
 producer.id.expiration.ms), and past a count per partition and per server the least recently used
-goes; never one with an open transaction. A producer dropped and writing again at a sequence past 0
-is answered UNKNOWN_PRODUCER_ID, and confluent-kafka's idempotent producer recovers from it."""
+goes; never one with an open transaction. A producer dropped past the bounds and writing again at a
+sequence other than its next is answered UNKNOWN_PRODUCER_ID, and confluent-kafka's idempotent
+producer recovers from it; an expired one starts anew at any sequence (Kafka 3.9)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_many_fresh_producer_ids_keep_the_state_bounded(kafka_server, caplog):
     assert caplog.text.count("past the bounds") == 1
 
 
-def test_an_idle_producer_expires_and_then_gets_unknown_producer_id(kafka_server):
+def test_an_idle_producer_expires_and_then_starts_anew(kafka_server):
     kafka_server.store.create_topic("t")
     producers = kafka_server.appender.producers
     now = [int(time.time() * 1000)]
@@ -80,7 +81,9 @@ def test_an_idle_producer_expires_and_then_gets_unknown_producer_id(kafka_server
         while 7 in entries(kafka_server)[("t", 0)] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert entries(kafka_server)[("t", 0)] == {8}  # before: 7 kept for ever
-        assert produce(client, "t", 0, batch([b"c"], producer_id=7, epoch=0, sequence=1))[0] == E.unknown_producer_id
+        # forgotten, as in Kafka 3.9: no state, so any sequence starts it again
+        assert produce(client, "t", 0, batch([b"c"], producer_id=7, epoch=0, sequence=1))[0] == E.none
+        assert 7 in entries(kafka_server)[("t", 0)]
         assert produce(client, "t", 0, batch([b"d"], producer_id=8, epoch=0, sequence=1))[0] == E.none
 
 
