@@ -17,8 +17,9 @@ import klog
 from klog.broker import lifecycle
 from klog.store.txn import INLINE_FOLDER_LOOK_S, StableView
 from tests.broker.test_compaction import clock_at
-from tests.broker.test_compaction_gaps_review import COMPACTED, _batch_headers, _write_keys
+from tests.broker.test_compaction_gaps_review import COMPACTED
 from tests.klog_processes import run_klog
+from tests.segment_files import leader_headers, write_keys
 from tests.serve_helpers import RawClient
 from tests.server.test_serve_loop_fetch import _fetch
 
@@ -36,10 +37,10 @@ def _aborted_then_committed(store) -> int:  # noqa: ANN001
         producer.send("t", b"a-aborted", key=b"a", partition=0)
         producer.flush()
         producer.abort()
-        _write_keys(store, "t", [b"f"], now)
+        write_keys(store, "t", [b"f"], now, step=0)
         with producer.transaction():
             producer.send("t", b"b-committed", key=b"b", partition=0)
-        _write_keys(store, "t", [b"g%d" % i for i in range(14)], now)
+        write_keys(store, "t", [b"g%d" % i for i in range(14)], now, step=0)
         return producer.producer_id
 
 
@@ -79,7 +80,7 @@ def test_serve_notices_another_processs_compaction_in_its_read_committed_answers
         for _ in range(3):  # the aborted batch goes, then its ABORT marker (delete.retention.ms 0)
             done = run_klog(data_dir, "topics", "compact", "t")
             assert done.returncode == 0, done.stderr
-        assert 1 not in {h.base_offset for h in _batch_headers(kafka_server.store, "t")}, "the marker is gone"
+        assert 1 not in {h.base_offset for h in leader_headers(kafka_server.store, "t")}, "the marker is gone"
         got = _read_committed(kafka_server.bootstrap)
         assert got.get(b"b") == b"b-committed" and b"a" not in got
         assert _named(client) == []
@@ -103,7 +104,7 @@ def test_a_read_committed_view_notices_a_cleaning_swapped_in_by_another_store(st
     time.sleep(INLINE_FOLDER_LOOK_S)
     assert view.known_lso(hw) == hw  # (the event loop's look: nothing changed)
     _compact_elsewhere(data_dir, int(time.time() * 1000) + 1000)
-    assert 1 not in {h.base_offset for h in _batch_headers(store, "t")}, "the marker is gone"
+    assert 1 not in {h.base_offset for h in leader_headers(store, "t")}, "the marker is gone"
     time.sleep(INLINE_FOLDER_LOOK_S)
     assert view.known_lso(hw) is None, "the event loop's look must not trust the old walk"
     assert view.refresh(hw) == hw and view.aborted_between(0, hw) == []
