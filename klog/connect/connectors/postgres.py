@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from klog import __version__ as VERSION
+from klog.connect import signals
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
@@ -94,8 +95,7 @@ HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", opt
                           name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
-    "incremental.snapshot.chunk.size",
+    "heartbeat.action.query", "incremental.snapshot.chunk.size",
     "event.processing.failure.handling.mode",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
     "snapshot.isolation.mode", "include.schema.changes", "flush.lsn.source",
@@ -157,6 +157,7 @@ class PostgresTask(SourceTask):
         self.returned: dict | None = None  # the offset of the last record poll() handed over
         self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
         self.reconnects, self.reconnect_at = 0, 0.0
+        self._signals_setup()
         self._connect()
 
     # -- connections -----------------------------------------------------------------------------
@@ -638,6 +639,123 @@ class PostgresTask(SourceTask):
             cols = [pgoutput.Column(n, int(t), int(m), False) for n, t, m in q.fetchall()]
         return pgoutput.Relation(oid, schema, table, identity, cols)
 
+    # -- signals (klog/connect/signals.py) ----------------------------------------------------------
+    def _signals_setup(self) -> None:
+        """signal.data.collection: the signal table, read through the source channel (its inserts in the
+        change stream); the other channels of signal.enabled.channels are named in a warning."""
+        name = self.c["signal.data.collection"].strip()
+        channels = [ch.strip() for ch in self.c["signal.enabled.channels"] if ch.strip()]
+        others = [ch for ch in channels if ch != "source"]
+        if others:
+            self.context.warn(f"connector '{self.context.connector_name}': signal.enabled.channels: "
+                              f"{', '.join(others)} not implemented (klog reads the source channel, the "
+                              "signal.data.collection table); ignored")
+        self.signal_table: tuple[str, str] | None = None
+        if name and "source" in channels:
+            try:
+                self.signal_table = signals.signal_table(name, self.c["database.dbname"])
+            except signals.SignalError as e:
+                raise ConfigError("signal.data.collection", name, str(e)) from None
+            if not self._wanted(*self.signal_table):  # Debezium's EventDispatcher filters it out too
+                self.context.warn(f"connector '{self.context.connector_name}': signal.data.collection {name} is not "
+                                  "a table the connector captures (table.include.list and the other filters): its "
+                                  "signals are not read; add it to the captured tables, as Debezium requires")
+
+    def _signal(self, values: list) -> None:
+        """A row inserted into the signal table: acted on where it is in the stream. An execute-snapshot of
+        type blocking pauses streaming after it for the snapshot of the tables it names (_poll reads the
+        records of snapshot_rows first); a signal klog does not take is named in a warning and ignored."""
+        where = f"connector '{self.context.connector_name}'"
+        try:
+            signal_id, kind, data = signals.parse(["" if v is pgoutput.UNCHANGED_TOAST else v for v in values])
+            if kind == "log":
+                message = data.get("message") if isinstance(data, dict) else None
+                self.context.warn(f"{where}: signal {signal_id!r} (log): {message}")
+                return
+            if kind != "execute-snapshot":
+                raise signals.SignalError(f"signal {signal_id!r}: type {kind!r} is not implemented; ignored")
+            plan = signals.execute_snapshot(signal_id, data)
+        except signals.SignalError as e:
+            self.context.warn(f"{where}: {e}")
+            return
+        tx = self.tx
+        # the offset of the snapshot's records is the signal's position less one event: a restart before
+        # the snapshot's end reads the signal again and takes the snapshot again from its beginning; the
+        # last record's is the signal's own, so streaming goes on after it
+        done = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
+                "event": self.event, "lsn_safe": self.lsn_safe}
+        if self.tx_counts is not None:
+            done["transaction_counts"] = dict(self.tx_counts)
+        self.snapshot_rows = self._signalled_snapshot(plan, {**done, "event": self.event - 1}, done)
+
+    def _signalled_snapshot(self, plan: signals.BlockingSnapshot, resume: dict, done: dict) -> Iterator[ConnectRecord]:
+        """A blocking snapshot's records: the tables the connector captures that the signal names, each read
+        in one REPEATABLE READ transaction taken now (rows changed after the signal and before it began are
+        in it and streamed after it too, as with Debezium), with its additional condition."""
+        import psycopg2
+
+        where = f"connector '{self.context.connector_name}'"
+        tables = [(s, t) for s, t in self._tables() if plan.wants(self.dbname, s, t)]
+        if not tables:
+            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
+                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
+            return
+        statements = {}
+        for schema, table in tables:
+            condition = plan.condition(self.dbname, schema, table)
+            if condition is None:
+                continue
+            names = [c for c, in self._query("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
+                                             "attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                                             (f"{_ident(schema)}.{_ident(table)}",))]
+            statement = (f"SELECT {', '.join(_ident(n) for n in names)} FROM {_ident(schema)}.{_ident(table)} "
+                         f"WHERE {condition}")
+            try:
+                self._query(f"{statement} LIMIT 0")
+            except psycopg2.Error as e:
+                first_line = str(e).strip().splitlines()[0]
+                self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: the additional condition of "
+                                  f"{schema}.{table} fails ({first_line}); the signal is ignored")
+                return
+            statements[(schema, table)] = ("additional-conditions", statement)
+        self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: blocking snapshot of "
+                          f"{', '.join(f'{s}.{t}' for s, t in tables)}; streaming resumes after it")
+        snap = self._jdbc_connection()
+        snap.set_session(isolation_level="REPEATABLE READ")
+        _values_as_text(snap)
+        beat = time.monotonic()
+        try:
+            with snap.cursor() as q:
+                q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
+                          "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
+                tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())
+            pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
+            for schema, table in tables:
+                info = self._relation(self._catalog_relation(snap, schema, table))
+                first_of_table = True
+                for values in self._table_rows(snap, info, statements.get((schema, table))):
+                    source = self._source(info, time.time_ns() // 1000, "true", tx_id, resume["lsn"])
+                    record = self._event(info, "r", None, self._row(info, values), ts_ms, source, dict(resume))[0]
+                    if pending is not None:
+                        yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                    pending = (record, pending is None, first_of_table, (schema, table))
+                    first_of_table = False
+                    if time.monotonic() - beat > 5:  # the paused replication stream kept alive (wal_sender_timeout)
+                        self.cur.send_feedback(force=True)
+                        beat = time.monotonic()
+            if pending is not None:
+                record = _snapshot_marked(*pending, last_of_table=True, last=True)
+                record.source_offset = dict(done)
+                yield record
+            snap.commit()
+        finally:
+            snap.close()
+
+    def _query(self, sql: str, params: tuple = ()) -> list:
+        with self.conn.cursor() as q:
+            q.execute(sql, params or None)
+            return q.fetchall() if q.description else []
+
     # -- streaming --------------------------------------------------------------------------------
     def poll(self) -> list[ConnectRecord]:
         """The next records; a lost connection (the server restarted, a failover, the walsender terminated)
@@ -810,8 +928,12 @@ class PostgresTask(SourceTask):
                 self.message_lsn = msg.data_start
                 if payload[:1] == b"I" and self.tx is not None:
                     out.extend(self._insert(payload))  # most of a load: decoded straight into its record
+                    if self.snapshot_rows is not None:
+                        break  # a signal's blocking snapshot: streaming pauses after the signal
                 else:
                     out.extend(self._handle(pgoutput.decode(bytes(payload))))
+                    if self.snapshot_rows is not None:
+                        break  # a signal's blocking snapshot (the signal decoded on the slow path)
                     if payload[:1] == b"C" and self.context.transaction_context is not None:
                         # transaction.boundary=connector: one Kafka transaction per database transaction
                         # (after its last record, or before this poll's if that went out in an earlier one)
@@ -886,18 +1008,28 @@ class PostgresTask(SourceTask):
             return []  # delivered before the restart
         oid, count = pgoutput.insert_head(payload)
         info = self.relations[oid]
+        values = None
+        if self.signal_table is not None and info["wanted"] and \
+                (info["rel"].schema, info["rel"].table) == self.signal_table:
+            values = pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0]
+            self._signal(values)
         if not info["wanted"] or "c" in self.skipped:
             return []
         offset = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
                   "event": self.event, "lsn_safe": self.lsn_safe}
-        row = self._row(info, pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0])
+        if values is None:
+            values = pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0]
+        row = self._row(info, values)
         return self._event(info, "c", None, row, tx.commit_ts_us // 1000, self._tx_source(info), offset)
 
     def _change(self, message: pgoutput.Change, ts_ms: int, offset: dict) -> list[ConnectRecord]:
         info = self.relations[message.relation_oid]
+        kind = message.kind
+        if kind == "I" and self.signal_table is not None and info["wanted"] and \
+                (info["rel"].schema, info["rel"].table) == self.signal_table:
+            self._signal(message.new)
         if not info["wanted"]:
             return []
-        kind = message.kind
         if kind == "I":
             if "c" in self.skipped:
                 return []
@@ -1174,7 +1306,9 @@ class PostgresConnector(SourceConnector):
                   .define("heartbeat.interval.ms", "int", 0, at_least=0)
                   .define("provide.transaction.metadata", "boolean", False)
                   .define("topic.transaction", default="transaction")
-                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
+                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat")
+                  .define("signal.data.collection", default="")
+                  .define("signal.enabled.channels", "list", ["source"]))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
