@@ -2,13 +2,13 @@
 `signal.data.collection` and seen in the change stream is a signal, its columns read by position as
 Debezium reads them: id, type, data (a JSON text).
 
-Taken: `execute-snapshot` with `"type": "blocking"` (Debezium's ExecuteSnapshot with BLOCKING: streaming
-pauses at the signal, the tables named by `data-collections` are read as the initial snapshot reads them,
-op `r`, then streaming goes on after the signal), with `additional-conditions`
-(`[{"data-collection": ..., "filter": ...}]`, or the older single `additional-condition`) and `log`.
-Other types (an incremental snapshot, the default type of `execute-snapshot`, `stop-snapshot`,
-`pause-snapshot`, `resume-snapshot`, `schema-changes`) are named in a warning and ignored. Only the `source`
-channel is read; the others of `signal.enabled.channels` (kafka, jmx, file, in-process) are named in a
+Taken: `execute-snapshot` (Debezium's ExecuteSnapshot) of type `blocking` (streaming pauses at the signal,
+the tables named by `data-collections` are read as the initial snapshot reads them, op `r`, then streaming
+goes on after the signal) and `incremental` (chunks between watermarks, DBLog's algorithm, in the PostgreSQL
+task), with `additional-conditions` (`[{"data-collection": ..., "filter": ...}]`, or the older single
+`additional-condition`); `stop-snapshot` of an incremental snapshot; `log`. Other types (`pause-snapshot`,
+`resume-snapshot`, `schema-changes`, ...) are named in a warning and ignored. Only the `source` channel is
+read; the others of `signal.enabled.channels` (kafka, jmx, file, in-process) are named in a
 warning."""
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ CHANNELS = ("source", "kafka", "jmx", "file", "in-process")
 
 
 @dataclass
-class BlockingSnapshot:
-    """An execute-snapshot signal of type blocking: the signal's id, the data-collections' patterns and each
-    table's additional condition (schema.table → a SQL boolean expression)."""
+class SnapshotSignal:
+    """An execute-snapshot signal: its id, the data-collections' patterns, its type (blocking or incremental)
+    and each table's additional condition (schema.table → a SQL boolean expression)."""
     id: str
     patterns: list[re.Pattern]
+    kind: str = "blocking"
     conditions: dict[str, str] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
@@ -82,15 +83,15 @@ def parse(values: list) -> tuple[str, str, object]:
     return str(signal_id), kind, data
 
 
-def execute_snapshot(signal_id: str, data: object) -> BlockingSnapshot:
-    """An execute-snapshot signal's data, as ExecuteSnapshot reads it. A type other than blocking (incremental
-    is the default) raises SignalError naming it."""
+def execute_snapshot(signal_id: str, data: object) -> SnapshotSignal:
+    """An execute-snapshot signal's data, as ExecuteSnapshot reads it (incremental the default type). A type
+    other than blocking and incremental raises SignalError naming it."""
     if not isinstance(data, dict):
         raise SignalError(f"execute-snapshot signal {signal_id!r}: its data is a JSON object")
     kind = str(data.get("type") or "incremental").lower()
-    if kind != "blocking":
+    if kind not in ("blocking", "incremental"):
         raise SignalError(f"execute-snapshot signal {signal_id!r}: type {kind!r} is not implemented (klog takes "
-                          "type 'blocking'); the signal is ignored")
+                          "'blocking' and 'incremental'); the signal is ignored")
     collections = data.get("data-collections")
     if not isinstance(collections, list) or not collections or not all(isinstance(c, str) for c in collections):
         raise SignalError(f"execute-snapshot signal {signal_id!r}: data-collections is a list of table names")
@@ -109,4 +110,4 @@ def execute_snapshot(signal_id: str, data: object) -> BlockingSnapshot:
             raise SignalError(f"execute-snapshot signal {signal_id!r}: each additional-conditions entry is "
                               '{"data-collection": ..., "filter": ...}')
         conditions[entry["data-collection"].strip()] = entry["filter"]
-    return BlockingSnapshot(signal_id, patterns, conditions, [c.strip() for c in collections])
+    return SnapshotSignal(signal_id, patterns, kind, conditions, [c.strip() for c in collections])

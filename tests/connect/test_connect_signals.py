@@ -151,20 +151,22 @@ def test_signals_klog_does_not_take_are_named_and_ignored(pg_db, data_dir):
                                                             "signal.enabled.channels": "source,kafka"})
     with running(data_dir, config, warnings=warnings):
         _slot_made(pg_db)
-        _signal(pg_db, "s1", {"data-collections": ["public.extra"]})  # incremental, Debezium's default
+        _signal(pg_db, "s1", {"data-collections": ["public.extra"], "type": "other"})
         _signal(pg_db, "s2", {"data-collections": ["public.extra"], "type": "blocking",
                               "additional-conditions": [{"data-collection": "public.extra", "filter": "nope = 1"}]})
         _signal(pg_db, "s3", {"data-collections": ["public.nothing"], "type": "blocking"})
+        _signal(pg_db, "s4", {}, kind="pause-snapshot")
         pg_db.execute("INSERT INTO items VALUES (3, 'three')")
         wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the signals")
         wait_for(lambda: any("'s3'" in w for w in warnings), what="the warnings")
     assert records(data_dir, "shop.public.extra") == []
     text = "\n".join(warnings)
     assert "signal.enabled.channels: kafka not implemented" in text
-    assert "signal 's1': type 'incremental' is not implemented" in text
+    assert "signal 's1': type 'other' is not implemented" in text
+    assert "signal 's4': type 'pause-snapshot' is not implemented" in text
     assert "'s2': the additional condition of public.extra fails" in text
     assert "'s3': data-collections public.nothing name no table" in text
-    assert len(records(data_dir, "shop.public.debezium_signal")) == 3  # captured like any table, as Debezium's
+    assert len(records(data_dir, "shop.public.debezium_signal")) == 4  # captured like any table, as Debezium's
 
 
 def test_signal_rows_are_read_as_debezium_reads_them():
@@ -181,3 +183,105 @@ def test_signal_rows_are_read_as_debezium_reads_them():
     assert signals.signal_table("db.public.sig", "db") == ("public", "sig")
     with pytest.raises(signals.SignalError):
         signals.signal_table("sig", "db")
+
+
+def _compacted(data_dir: str, topic: str) -> dict:
+    """The topic as compaction leaves it: each key's last value (None for a tombstone's)."""
+    out = {}
+    for r in records(data_dir, topic):
+        key = json.loads(r.key)["payload"]["id"]
+        out[key] = json.loads(r.value)["payload"]["after"] if r.value else None
+    return out
+
+
+@pytest.mark.slow
+def test_incremental_snapshot_the_streamed_change_wins_within_a_window(pg_db, data_dir, monkeypatch):
+    """Chunks of incremental.snapshot.chunk.size by primary key between watermarks written to the signal table;
+    rows changed while a chunk's window is open are dropped from it in favour of the streamed change."""
+    _setup(pg_db)
+    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
+    original, changed = PostgresTask._table_rows, []
+
+    def change_in_window(self, snap, info, override):  # noqa: ANN001, ANN202
+        rows = list(original(self, snap, info, override))
+        if override is not None and override[0] == "incremental.snapshot.chunk" and not changed:
+            changed.append(True)  # after the chunk's SELECT, before its close watermark
+            pg_db.execute("UPDATE extra SET name = 'A' WHERE id = 1")
+            pg_db.execute("DELETE FROM extra WHERE id = 2")
+        yield from rows
+
+    monkeypatch.setattr(PostgresTask, "_table_rows", change_in_window)
+    warnings: list[str] = []
+    config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
+                                                            "incremental.snapshot.chunk.size": "2"})
+    with running(data_dir, config, warnings=warnings):
+        _slot_made(pg_db)
+        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+        pg_db.execute("INSERT INTO items VALUES (3, 'three')")
+        wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming after it")
+    ops = _ops(data_dir, "shop.public.extra")
+    assert sorted(ops) == [(1, "u", "false"), (2, "d", "false"), (3, "r", "incremental"), (4, "r", "incremental"),
+                           (5, "r", "incremental")]
+    assert _compacted(data_dir, "shop.public.extra") == {1: {"id": 1, "name": "A"}, 2: None,
+                                                         3: {"id": 3, "name": "c"}, 4: {"id": 4, "name": "d"},
+                                                         5: {"id": 5, "name": "e"}}
+    types = [json.loads(r.value)["payload"]["after"]["type"] for r in records(data_dir, "shop.public.debezium_signal")]
+    assert types == ["execute-snapshot"] + ["snapshot-window-open", "snapshot-window-close"] * 3
+
+
+@pytest.mark.slow
+def test_incremental_snapshot_goes_on_after_a_restart(pg_db, data_dir, monkeypatch):
+    """The snapshot's progress is in the connector's offsets: a worker stopped after the first chunk goes on
+    with the next one when started again, each row sent once."""
+    _setup(pg_db)
+    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
+    original, calls = PostgresTask._next_chunk, []
+
+    def first_chunk_only(self):  # noqa: ANN001, ANN202
+        calls.append(True)
+        if len(calls) == 1:
+            original(self)
+
+    config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
+                                                            "incremental.snapshot.chunk.size": "2"})
+    with monkeypatch.context() as m:
+        m.setattr(PostgresTask, "_next_chunk", first_chunk_only)
+        with running(data_dir, config):
+            _slot_made(pg_db)
+            _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+            wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
+            wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+    assert _ops(data_dir, "shop.public.extra") == [(1, "r", "incremental"), (2, "r", "incremental")]
+    warnings: list[str] = []
+    with running(data_dir, config, warnings=warnings):
+        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    assert _ops(data_dir, "shop.public.extra") == [(i, "r", "incremental") for i in range(1, 6)]
+
+
+@pytest.mark.slow
+def test_stop_snapshot_ends_an_incremental_snapshot(pg_db, data_dir, monkeypatch):
+    _setup(pg_db)
+    original, calls = PostgresTask._next_chunk, []
+
+    def first_chunk_only(self):  # noqa: ANN001, ANN202
+        calls.append(True)
+        if len(calls) == 1:
+            original(self)
+
+    config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
+                                                            "incremental.snapshot.chunk.size": "2"})
+    with monkeypatch.context() as m:
+        m.setattr(PostgresTask, "_next_chunk", first_chunk_only)
+        with running(data_dir, config):
+            _slot_made(pg_db)
+            _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+            wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+            _signal(pg_db, "i2", {"data-collections": ["public.extra"], "type": "incremental"}, kind="stop-snapshot")
+            pg_db.execute("INSERT INTO items VALUES (3, 'three')")
+            wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the stop")
+    with running(data_dir, config):  # started again: the stopped snapshot is not resumed
+        pg_db.execute("INSERT INTO extra VALUES (4, 'd')")
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the change")
+    assert _ops(data_dir, "shop.public.extra") == [(1, "r", "incremental"), (2, "r", "incremental"),
+                                                   (4, "c", "false")]

@@ -95,7 +95,7 @@ HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", opt
                           name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "heartbeat.action.query", "incremental.snapshot.chunk.size",
+    "heartbeat.action.query",
     "event.processing.failure.handling.mode",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
     "snapshot.isolation.mode", "include.schema.changes", "flush.lsn.source",
@@ -493,6 +493,12 @@ class PostgresTask(SourceTask):
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
+        if self.incremental is not None:  # an incremental snapshot's progress, kept in the offsets as Debezium's
+            offset["incremental_snapshot"] = self.incremental
+            window = self.window
+            if window is not None and window["open"] and op != "r" and row and \
+                    (info["rel"].schema, info["rel"].table) == window["table"]:
+                window["buffer"].pop(_key_id(info, row), None)  # changed in the window: the streamed change wins
         if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
             before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
         if info["mappings"]:  # after the type's conversion: a null, a stand-in, the placeholder too
@@ -660,6 +666,7 @@ class PostgresTask(SourceTask):
                 self.context.warn(f"connector '{self.context.connector_name}': signal.data.collection {name} is not "
                                   "a table the connector captures (table.include.list and the other filters): its "
                                   "signals are not read; add it to the captured tables, as Debezium requires")
+        self._incremental_resume()
 
     def _signal(self, values: list) -> None:
         """A row inserted into the signal table: acted on where it is in the stream. An execute-snapshot of
@@ -668,6 +675,12 @@ class PostgresTask(SourceTask):
         where = f"connector '{self.context.connector_name}'"
         try:
             signal_id, kind, data = signals.parse(["" if v is pgoutput.UNCHANGED_TOAST else v for v in values])
+            if kind in ("snapshot-window-open", "snapshot-window-close"):
+                self._watermark_seen(signal_id, kind)
+                return
+            if kind == "stop-snapshot":
+                self._stop_incremental(signal_id, data)
+                return
             if kind == "log":
                 message = data.get("message") if isinstance(data, dict) else None
                 self.context.warn(f"{where}: signal {signal_id!r} (log): {message}")
@@ -678,6 +691,14 @@ class PostgresTask(SourceTask):
         except signals.SignalError as e:
             self.context.warn(f"{where}: {e}")
             return
+        if plan.kind == "incremental":
+            self._start_incremental(plan)
+            return
+        done = self._signal_offset()
+        self.snapshot_rows = self._signalled_snapshot(plan, {**done, "event": self.event - 1}, done)
+
+    def _signal_offset(self) -> dict:
+        """The offset of the signal being handled (a change's, as _insert makes it)."""
         tx = self.tx
         # the offset of the snapshot's records is the signal's position less one event: a restart before
         # the snapshot's end reads the signal again and takes the snapshot again from its beginning; the
@@ -686,9 +707,9 @@ class PostgresTask(SourceTask):
                 "event": self.event, "lsn_safe": self.lsn_safe}
         if self.tx_counts is not None:
             done["transaction_counts"] = dict(self.tx_counts)
-        self.snapshot_rows = self._signalled_snapshot(plan, {**done, "event": self.event - 1}, done)
+        return done
 
-    def _signalled_snapshot(self, plan: signals.BlockingSnapshot, resume: dict, done: dict) -> Iterator[ConnectRecord]:
+    def _signalled_snapshot(self, plan: signals.SnapshotSignal, resume: dict, done: dict) -> Iterator[ConnectRecord]:
         """A blocking snapshot's records: the tables the connector captures that the signal names, each read
         in one REPEATABLE READ transaction taken now (rows changed after the signal and before it began are
         in it and streamed after it too, as with Debezium), with its additional condition."""
@@ -751,6 +772,174 @@ class PostgresTask(SourceTask):
         finally:
             snap.close()
 
+    # -- incremental snapshots: DBLog's watermarks, as Debezium's SignalBasedIncrementalSnapshotChangeEventSource
+    def _incremental_resume(self) -> None:
+        """The incremental snapshot the stored offsets were in (a restart, a reconnect): its chunk read again."""
+        self.window: dict | None = None
+        state = self.stored.get("incremental_snapshot") if isinstance(self.stored, dict) else None
+        self.incremental: dict | None = state if isinstance(state, dict) and state.get("tables") and \
+            self.signal_table is not None else None
+        self.chunk_due = self.incremental is not None
+
+    def _start_incremental(self, plan: signals.SnapshotSignal) -> None:
+        where = f"connector '{self.context.connector_name}'"
+        tables = [[s, t] for s, t in self._tables() if plan.wants(self.dbname, s, t)]
+        if not tables:
+            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
+                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
+            return
+        conditions = {}
+        for s, t in tables:
+            condition = plan.condition(self.dbname, s, t)
+            if condition is not None:
+                conditions[f"{s}.{t}"] = condition
+        self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: incremental snapshot of "
+                          f"{', '.join(f'{s}.{t}' for s, t in tables)}")
+        if self.incremental is not None:  # added to the one running
+            state = self.incremental
+            self.incremental = {**state, "tables": state["tables"] + [t for t in tables if t not in state["tables"]],
+                                "conditions": {**state["conditions"], **conditions}}
+            return
+        self.incremental = {"id": plan.id, "tables": tables, "last_key": None, "max_key": None,
+                            "conditions": conditions}
+        self._next_chunk()
+
+    def _stop_incremental(self, signal_id: str, data: object) -> None:
+        """stop-snapshot (type incremental): the tables data-collections names, or all, left out of it."""
+        state = self.incremental
+        if state is None:
+            return
+        names = data.get("data-collections") if isinstance(data, dict) else None
+        if not names:
+            self.incremental, self.window = None, None
+        else:
+            patterns = [java_regex(n) for n in names if isinstance(n, str)]
+            kept = [t for t in state["tables"] if not any(p.fullmatch(f"{t[0]}.{t[1]}") for p in patterns)]
+            if kept and kept[0] == state["tables"][0]:
+                self.incremental = {**state, "tables": kept}
+            else:  # the table being read is stopped: the next one from its beginning
+                self.incremental = {**state, "tables": kept, "last_key": None, "max_key": None}
+                self.window = None
+                if kept:
+                    self._next_chunk()
+                else:
+                    self.incremental = None
+        self.context.warn(f"connector '{self.context.connector_name}': stop-snapshot signal {signal_id!r}: "
+                          "incremental snapshot stopped" + (f" for {', '.join(names)}" if names else ""))
+
+    def _next_chunk(self) -> None:
+        """The next chunk of the incremental snapshot: the open watermark written to the signal table, the
+        chunk (by primary key, after the last key read, up to the table's maximum key at its start) read into
+        the window's buffer, the close watermark written. The buffer is sent when the close watermark comes
+        in the stream, less the rows a change streamed between the two watermarks replaced."""
+        import uuid
+
+        import psycopg2
+
+        where = f"connector '{self.context.connector_name}'"
+        while self.incremental is not None:
+            state = self.incremental
+            if not state["tables"]:
+                self.context.warn(f"{where}: incremental snapshot {state['id']!r} finished")
+                self.incremental, self.window = None, None
+                return
+            schema, table = state["tables"][0]
+            snap = self._jdbc_connection()
+            try:  # (READ COMMITTED: each statement sees what was committed before it, the open watermark too)
+                _values_as_text(snap)
+                info = self._relation(self._catalog_relation(snap, schema, table))
+                keys = info["keys"]
+                if not keys:
+                    self.context.warn(f"{where}: incremental snapshot: table {schema}.{table} has no primary key "
+                                      "(nor message.key.columns): skipped, as Debezium skips it")
+                    self.incremental = {**state, "tables": state["tables"][1:], "last_key": None, "max_key": None}
+                    continue
+                name = f"{_ident(schema)}.{_ident(table)}"
+                columns = ", ".join(_ident(k) for k in keys)
+                condition = state["conditions"].get(f"{schema}.{table}")
+                filtered = f" WHERE ({condition})" if condition else ""
+                with snap.cursor() as q:
+                    if state["max_key"] is None:
+                        q.execute(f"SELECT {columns} FROM {name}{filtered} ORDER BY "
+                                  f"{', '.join(_ident(k) + ' DESC' for k in keys)} LIMIT 1")
+                        top = q.fetchone()
+                        if top is None:  # nothing to read
+                            self.incremental = {**state, "tables": state["tables"][1:], "last_key": None}
+                            continue
+                        state = self.incremental = {**state, "max_key": list(top)}
+                    marks = ", ".join(["%s"] * len(keys))
+                    conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
+                    if state["last_key"] is not None:
+                        conditions.append(f"({columns}) > ({marks})")
+                        params += state["last_key"]
+                    if condition:
+                        conditions.append(f"({condition})")
+                    size = self.c["incremental.snapshot.chunk.size"]
+                    statement = q.mogrify(
+                        f"SELECT {', '.join(_ident(c.name) for c in info['rel'].columns)} FROM {name} WHERE "
+                        f"{' AND '.join(conditions)} ORDER BY {columns} LIMIT {int(size)}", params).decode()
+                chunk_id = str(uuid.uuid4())
+                self._watermark(chunk_id, "snapshot-window-open")
+                rows = list(self._table_rows(snap, info, ("incremental.snapshot.chunk", statement)))
+                snap.commit()
+                self._watermark(chunk_id, "snapshot-window-close")
+            except psycopg2.Error as e:
+                if _connection_lost(e):
+                    raise
+                first_line = str(e).strip().splitlines()[0]
+                self.context.warn(f"{where}: incremental snapshot {state['id']!r} of {schema}.{table} failed "
+                                  f"({first_line}); stopped")
+                self.incremental, self.window = None, None
+                return
+            finally:
+                snap.close()
+            positions = [[c.name for c in info["rel"].columns].index(k) for k in keys]
+            buffer = {}
+            for values in rows:
+                row = self._row(info, values)
+                buffer[_key_id(info, row)] = row
+            last = [rows[-1][i] for i in positions] if rows else None
+            finished = len(rows) < size or last == state["max_key"]
+            self.window = {"id": chunk_id, "open": False, "table": (schema, table), "info": info,
+                           "buffer": buffer, "last": last, "finished": finished}
+            return
+
+    def _watermark(self, chunk_id: str, kind: str) -> None:
+        """A watermark row in the signal table, as Debezium writes it: id <chunk>-open or <chunk>-close."""
+        table = f"{_ident(self.signal_table[0])}.{_ident(self.signal_table[1])}"
+        suffix = "open" if kind.endswith("open") else "close"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data = {"openWindowTimestamp": now} if suffix == "open" else {"closeWindowTimestamp": now}
+        self._query(f"INSERT INTO {table} VALUES (%s, %s, %s)", (f"{chunk_id}-{suffix}", kind, json.dumps(data)))
+
+    def _watermark_seen(self, signal_id: str, kind: str) -> None:
+        window = self.window
+        if window is None or self.incremental is None:
+            return  # a watermark of a chunk before a restart: read again since
+        if kind == "snapshot-window-open" and signal_id == f"{window['id']}-open":
+            window["open"] = True
+        elif kind == "snapshot-window-close" and signal_id == f"{window['id']}-close":
+            state = self.incremental
+            if window["finished"]:
+                self.incremental = {**state, "tables": state["tables"][1:], "last_key": None, "max_key": None}
+            else:
+                self.incremental = {**state, "last_key": window["last"]}
+            if not self.incremental["tables"]:
+                self.incremental = None
+            self.window = None
+            self.snapshot_rows = self._window_rows(window, self._signal_offset())
+
+    def _window_rows(self, window: dict, offset: dict) -> Iterator[ConnectRecord]:
+        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read."""
+        info = window["info"]
+        for row in window["buffer"].values():
+            source = self._source(info, time.time_ns() // 1000, "incremental", offset["txId"], offset["lsn"])
+            yield self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+        if self.incremental is not None:
+            self._next_chunk()
+        else:
+            self.context.warn(f"connector '{self.context.connector_name}': incremental snapshot finished")
+
     def _query(self, sql: str, params: tuple = ()) -> list:
         with self.conn.cursor() as q:
             q.execute(sql, params or None)
@@ -797,6 +986,7 @@ class PostgresTask(SourceTask):
             self.stored = self.returned  # what was handed over is delivered: skipped when streamed again
         self.relations, self.tx, self.tx_counts, self.tx_sources = {}, None, None, {}
         self.stream_started, self.snapshot_rows, self.event, self.last_offset = False, None, 0, None
+        self._incremental_resume()
         try:
             self._connect()
         except Exception as e:
@@ -914,6 +1104,9 @@ class PostgresTask(SourceTask):
         import psycopg2
 
         out: list[ConnectRecord] = []
+        if self.chunk_due:  # an incremental snapshot resumed after a restart: its next chunk
+            self.chunk_due = False
+            self._next_chunk()
         deadline = time.monotonic() + self.c["poll.interval.ms"] / 1000
         try:
             while len(out) < self.c["max.batch.size"]:
@@ -1132,6 +1325,11 @@ def _connection_lost(error: BaseException) -> bool:
     return code.startswith("08") or code in ("57P01", "57P02", "57P03")
 
 
+def _key_id(info: dict, row: dict) -> str:
+    """A row's primary key as one value: the buffer of an incremental snapshot's window is keyed by it."""
+    return repr([row.get(k) for k in info["keys"]])
+
+
 def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
     if row is None:
         return None
@@ -1308,7 +1506,8 @@ class PostgresConnector(SourceConnector):
                   .define("topic.transaction", default="transaction")
                   .define("topic.heartbeat.prefix", default="__debezium-heartbeat")
                   .define("signal.data.collection", default="")
-                  .define("signal.enabled.channels", "list", ["source"]))
+                  .define("signal.enabled.channels", "list", ["source"])
+                  .define("incremental.snapshot.chunk.size", "int", 1024, at_least=1))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
