@@ -196,8 +196,10 @@ def test_debezium_keys_that_shape_the_events(pg_db, data_dir):
 def test_keys_debezium_has_and_klog_does_not_are_named(pg_db):
     from klog.connect.worker import ignored_warning, validate
 
-    v = validate(cdc(pg_db, **{"heartbeat.action.query": "SELECT 1", "signal.data.collection": "public.signals"}))
-    assert "heartbeat.action.query" in ignored_warning(v) and "signal.data.collection" in ignored_warning(v)
+    v = validate(cdc(pg_db, **{"heartbeat.action.query": "SELECT 1", "include.schema.changes": "true",
+                               "signal.data.collection": "public.signals"}))
+    assert "heartbeat.action.query" in ignored_warning(v) and "include.schema.changes" in ignored_warning(v)
+    assert "signal.data.collection" not in ignored_warning(v)  # signals are read (test_connect_signals.py)
 
 
 def _offsets(data_dir: str, name: str = "pg") -> list[dict]:

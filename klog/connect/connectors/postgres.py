@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from klog import __version__ as VERSION
+from klog.connect import signals
 from klog.connect.api import SourceConnector, SourceTask
 from klog.connect.config import ConfigDef, java_regex, regex_list_check
 from klog.connect.connectors import pgoutput
@@ -94,8 +95,7 @@ HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", opt
                           name="io.debezium.connector.common.Heartbeat", version=1)
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
-    "heartbeat.action.query", "signal.data.collection", "signal.enabled.channels",
-    "incremental.snapshot.chunk.size",
+    "heartbeat.action.query",
     "event.processing.failure.handling.mode",
     "slot.stream.params", "schema.history.internal.kafka.topic", "converters",
     "snapshot.isolation.mode", "include.schema.changes", "flush.lsn.source",
@@ -157,6 +157,7 @@ class PostgresTask(SourceTask):
         self.returned: dict | None = None  # the offset of the last record poll() handed over
         self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
         self.reconnects, self.reconnect_at = 0, 0.0
+        self._signals_setup()
         self._connect()
 
     # -- connections -----------------------------------------------------------------------------
@@ -492,6 +493,12 @@ class PostgresTask(SourceTask):
                source: dict, offset: dict) -> list[ConnectRecord]:
         row = after if after is not None else before
         key = {k: row.get(k) for k in info["keys"]} if info["key_schema"] is not None and row else None
+        if self.incremental is not None:  # an incremental snapshot's progress, kept in the offsets as Debezium's
+            offset["incremental_snapshot"] = self.incremental
+            window = self.window
+            if window is not None and window["open"] and op != "r" and row and \
+                    (info["rel"].schema, info["rel"].table) == window["table"]:
+                window["buffer"].pop(_key_id(info, row), None)  # changed in the window: the streamed change wins
         if info["hidden"]:  # read for the key only (Debezium's TableSchemaBuilder filters the value alone)
             before, after = _without(before, info["hidden"]), _without(after, info["hidden"])
         if info["mappings"]:  # after the type's conversion: a null, a stand-in, the placeholder too
@@ -638,6 +645,306 @@ class PostgresTask(SourceTask):
             cols = [pgoutput.Column(n, int(t), int(m), False) for n, t, m in q.fetchall()]
         return pgoutput.Relation(oid, schema, table, identity, cols)
 
+    # -- signals (klog/connect/signals.py) ----------------------------------------------------------
+    def _signals_setup(self) -> None:
+        """signal.data.collection: the signal table, read through the source channel (its inserts in the
+        change stream); the other channels of signal.enabled.channels are named in a warning."""
+        name = self.c["signal.data.collection"].strip()
+        channels = [ch.strip() for ch in self.c["signal.enabled.channels"] if ch.strip()]
+        others = [ch for ch in channels if ch != "source"]
+        if others:
+            self.context.warn(f"connector '{self.context.connector_name}': signal.enabled.channels: "
+                              f"{', '.join(others)} not implemented (klog reads the source channel, the "
+                              "signal.data.collection table); ignored")
+        self.signal_table: tuple[str, str] | None = None
+        if name and "source" in channels:
+            try:
+                self.signal_table = signals.signal_table(name, self.c["database.dbname"])
+            except signals.SignalError as e:
+                raise ConfigError("signal.data.collection", name, str(e)) from None
+            if not self._wanted(*self.signal_table):  # Debezium's EventDispatcher filters it out too
+                self.context.warn(f"connector '{self.context.connector_name}': signal.data.collection {name} is not "
+                                  "a table the connector captures (table.include.list and the other filters): its "
+                                  "signals are not read; add it to the captured tables, as Debezium requires")
+        self._incremental_resume()
+
+    def _signal(self, values: list) -> None:
+        """A row inserted into the signal table: acted on where it is in the stream. An execute-snapshot of
+        type blocking pauses streaming after it for the snapshot of the tables it names (_poll reads the
+        records of snapshot_rows first); a signal klog does not take is named in a warning and ignored."""
+        where = f"connector '{self.context.connector_name}'"
+        try:
+            signal_id, kind, data = signals.parse(["" if v is pgoutput.UNCHANGED_TOAST else v for v in values])
+            if kind in ("snapshot-window-open", "snapshot-window-close"):
+                self._watermark_seen(signal_id, kind)
+                return
+            if kind == "stop-snapshot":
+                self._stop_incremental(signal_id, data)
+                return
+            if kind == "log":
+                message = data.get("message") if isinstance(data, dict) else None
+                self.context.warn(f"{where}: signal {signal_id!r} (log): {message}")
+                return
+            if kind != "execute-snapshot":
+                raise signals.SignalError(f"signal {signal_id!r}: type {kind!r} is not implemented; ignored")
+            plan = signals.execute_snapshot(signal_id, data)
+        except signals.SignalError as e:
+            self.context.warn(f"{where}: {e}")
+            return
+        if plan.kind == "incremental":
+            self._start_incremental(plan)
+            return
+        done = self._signal_offset()
+        self.snapshot_rows = self._signalled_snapshot(plan, {**done, "event": self.event - 1}, done)
+
+    def _signal_offset(self) -> dict:
+        """The offset of the signal being handled (a change's, as _insert makes it)."""
+        tx = self.tx
+        # the offset of the snapshot's records is the signal's position less one event: a restart before
+        # the snapshot's end reads the signal again and takes the snapshot again from its beginning; the
+        # last record's is the signal's own, so streaming goes on after it
+        done = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
+                "event": self.event, "lsn_safe": self.lsn_safe}
+        if self.tx_counts is not None:
+            done["transaction_counts"] = dict(self.tx_counts)
+        return done
+
+    def _signalled_snapshot(self, plan: signals.SnapshotSignal, resume: dict, done: dict) -> Iterator[ConnectRecord]:
+        """A blocking snapshot's records: the tables the connector captures that the signal names, each read
+        in one REPEATABLE READ transaction taken now (rows changed after the signal and before it began are
+        in it and streamed after it too, as with Debezium), with its additional condition."""
+        import psycopg2
+
+        where = f"connector '{self.context.connector_name}'"
+        tables = [(s, t) for s, t in self._tables() if plan.wants(self.dbname, s, t)]
+        if not tables:
+            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
+                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
+            return
+        statements = {}
+        for schema, table in tables:
+            condition = plan.condition(self.dbname, schema, table)
+            if condition is None:
+                continue
+            names = [c for c, in self._query("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
+                                             "attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                                             (f"{_ident(schema)}.{_ident(table)}",))]
+            statement = (f"SELECT {', '.join(_ident(n) for n in names)} FROM {_ident(schema)}.{_ident(table)} "
+                         f"WHERE {condition}")
+            try:
+                self._query(f"{statement} LIMIT 0")
+            except psycopg2.Error as e:
+                first_line = str(e).strip().splitlines()[0]
+                self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: the additional condition of "
+                                  f"{schema}.{table} fails ({first_line}); the signal is ignored")
+                return
+            statements[(schema, table)] = ("additional-conditions", statement)
+        self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: blocking snapshot of "
+                          f"{', '.join(f'{s}.{t}' for s, t in tables)}; streaming resumes after it")
+        snap = self._jdbc_connection()
+        snap.set_session(isolation_level="REPEATABLE READ")
+        _values_as_text(snap)
+        beat = time.monotonic()
+        try:
+            with snap.cursor() as q:
+                q.execute("SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE txid_current() END, "
+                          "(EXTRACT(EPOCH FROM now()) * 1000)::bigint")
+                tx_id, ts_ms = (None if v is None else int(v) for v in q.fetchone())
+            pending: tuple[ConnectRecord, bool, bool, tuple[str, str]] | None = None
+            for schema, table in tables:
+                info = self._relation(self._catalog_relation(snap, schema, table))
+                first_of_table = True
+                for values in self._table_rows(snap, info, statements.get((schema, table))):
+                    source = self._source(info, time.time_ns() // 1000, "true", tx_id, resume["lsn"])
+                    record = self._event(info, "r", None, self._row(info, values), ts_ms, source, dict(resume))[0]
+                    if pending is not None:
+                        yield _snapshot_marked(*pending, last_of_table=pending[3] != (schema, table), last=False)
+                    pending = (record, pending is None, first_of_table, (schema, table))
+                    first_of_table = False
+                    if time.monotonic() - beat > 5:  # the paused replication stream kept alive (wal_sender_timeout)
+                        self.cur.send_feedback(force=True)
+                        beat = time.monotonic()
+            if pending is not None:
+                record = _snapshot_marked(*pending, last_of_table=True, last=True)
+                record.source_offset = dict(done)
+                yield record
+            snap.commit()
+        finally:
+            snap.close()
+
+    # -- incremental snapshots: DBLog's watermarks, as Debezium's SignalBasedIncrementalSnapshotChangeEventSource
+    def _incremental_resume(self) -> None:
+        """The incremental snapshot the stored offsets were in (a restart, a reconnect): its chunk read again."""
+        self.window: dict | None = None
+        state = self.stored.get("incremental_snapshot") if isinstance(self.stored, dict) else None
+        self.incremental: dict | None = state if isinstance(state, dict) and state.get("tables") and \
+            self.signal_table is not None else None
+        self.chunk_due = self.incremental is not None
+
+    def _start_incremental(self, plan: signals.SnapshotSignal) -> None:
+        where = f"connector '{self.context.connector_name}'"
+        tables = [[s, t] for s, t in self._tables() if plan.wants(self.dbname, s, t)]
+        if not tables:
+            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
+                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
+            return
+        conditions = {}
+        for s, t in tables:
+            condition = plan.condition(self.dbname, s, t)
+            if condition is not None:
+                conditions[f"{s}.{t}"] = condition
+        self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: incremental snapshot of "
+                          f"{', '.join(f'{s}.{t}' for s, t in tables)}")
+        if self.incremental is not None:  # added to the one running
+            state = self.incremental
+            self.incremental = {**state, "tables": state["tables"] + [t for t in tables if t not in state["tables"]],
+                                "conditions": {**state["conditions"], **conditions}}
+            return
+        self.incremental = {"id": plan.id, "tables": tables, "last_key": None, "max_key": None,
+                            "conditions": conditions}
+        self._next_chunk()
+
+    def _stop_incremental(self, signal_id: str, data: object) -> None:
+        """stop-snapshot (type incremental): the tables data-collections names, or all, left out of it."""
+        state = self.incremental
+        if state is None:
+            return
+        names = data.get("data-collections") if isinstance(data, dict) else None
+        if not names:
+            self.incremental, self.window = None, None
+        else:
+            patterns = [java_regex(n) for n in names if isinstance(n, str)]
+            kept = [t for t in state["tables"] if not any(p.fullmatch(f"{t[0]}.{t[1]}") for p in patterns)]
+            if kept and kept[0] == state["tables"][0]:
+                self.incremental = {**state, "tables": kept}
+            else:  # the table being read is stopped: the next one from its beginning
+                self.incremental = {**state, "tables": kept, "last_key": None, "max_key": None}
+                self.window = None
+                if kept:
+                    self._next_chunk()
+                else:
+                    self.incremental = None
+        self.context.warn(f"connector '{self.context.connector_name}': stop-snapshot signal {signal_id!r}: "
+                          "incremental snapshot stopped" + (f" for {', '.join(names)}" if names else ""))
+
+    def _next_chunk(self) -> None:
+        """The next chunk of the incremental snapshot: the open watermark written to the signal table, the
+        chunk (by primary key, after the last key read, up to the table's maximum key at its start) read into
+        the window's buffer, the close watermark written. The buffer is sent when the close watermark comes
+        in the stream, less the rows a change streamed between the two watermarks replaced."""
+        import uuid
+
+        import psycopg2
+
+        where = f"connector '{self.context.connector_name}'"
+        while self.incremental is not None:
+            state = self.incremental
+            if not state["tables"]:
+                self.context.warn(f"{where}: incremental snapshot {state['id']!r} finished")
+                self.incremental, self.window = None, None
+                return
+            schema, table = state["tables"][0]
+            snap = self._jdbc_connection()
+            try:  # (READ COMMITTED: each statement sees what was committed before it, the open watermark too)
+                _values_as_text(snap)
+                info = self._relation(self._catalog_relation(snap, schema, table))
+                keys = info["keys"]
+                if not keys:
+                    self.context.warn(f"{where}: incremental snapshot: table {schema}.{table} has no primary key "
+                                      "(nor message.key.columns): skipped, as Debezium skips it")
+                    self.incremental = {**state, "tables": state["tables"][1:], "last_key": None, "max_key": None}
+                    continue
+                name = f"{_ident(schema)}.{_ident(table)}"
+                columns = ", ".join(_ident(k) for k in keys)
+                condition = state["conditions"].get(f"{schema}.{table}")
+                filtered = f" WHERE ({condition})" if condition else ""
+                with snap.cursor() as q:
+                    if state["max_key"] is None:
+                        q.execute(f"SELECT {columns} FROM {name}{filtered} ORDER BY "
+                                  f"{', '.join(_ident(k) + ' DESC' for k in keys)} LIMIT 1")
+                        top = q.fetchone()
+                        if top is None:  # nothing to read
+                            self.incremental = {**state, "tables": state["tables"][1:], "last_key": None}
+                            continue
+                        state = self.incremental = {**state, "max_key": list(top)}
+                    marks = ", ".join(["%s"] * len(keys))
+                    conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
+                    if state["last_key"] is not None:
+                        conditions.append(f"({columns}) > ({marks})")
+                        params += state["last_key"]
+                    if condition:
+                        conditions.append(f"({condition})")
+                    size = self.c["incremental.snapshot.chunk.size"]
+                    statement = q.mogrify(
+                        f"SELECT {', '.join(_ident(c.name) for c in info['rel'].columns)} FROM {name} WHERE "
+                        f"{' AND '.join(conditions)} ORDER BY {columns} LIMIT {int(size)}", params).decode()
+                chunk_id = str(uuid.uuid4())
+                self._watermark(chunk_id, "snapshot-window-open")
+                rows = list(self._table_rows(snap, info, ("incremental.snapshot.chunk", statement)))
+                snap.commit()
+                self._watermark(chunk_id, "snapshot-window-close")
+            except psycopg2.Error as e:
+                if _connection_lost(e):
+                    raise
+                first_line = str(e).strip().splitlines()[0]
+                self.context.warn(f"{where}: incremental snapshot {state['id']!r} of {schema}.{table} failed "
+                                  f"({first_line}); stopped")
+                self.incremental, self.window = None, None
+                return
+            finally:
+                snap.close()
+            positions = [[c.name for c in info["rel"].columns].index(k) for k in keys]
+            buffer = {}
+            for values in rows:
+                row = self._row(info, values)
+                buffer[_key_id(info, row)] = row
+            last = [rows[-1][i] for i in positions] if rows else None
+            finished = len(rows) < size or last == state["max_key"]
+            self.window = {"id": chunk_id, "open": False, "table": (schema, table), "info": info,
+                           "buffer": buffer, "last": last, "finished": finished}
+            return
+
+    def _watermark(self, chunk_id: str, kind: str) -> None:
+        """A watermark row in the signal table, as Debezium writes it: id <chunk>-open or <chunk>-close."""
+        table = f"{_ident(self.signal_table[0])}.{_ident(self.signal_table[1])}"
+        suffix = "open" if kind.endswith("open") else "close"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data = {"openWindowTimestamp": now} if suffix == "open" else {"closeWindowTimestamp": now}
+        self._query(f"INSERT INTO {table} VALUES (%s, %s, %s)", (f"{chunk_id}-{suffix}", kind, json.dumps(data)))
+
+    def _watermark_seen(self, signal_id: str, kind: str) -> None:
+        window = self.window
+        if window is None or self.incremental is None:
+            return  # a watermark of a chunk before a restart: read again since
+        if kind == "snapshot-window-open" and signal_id == f"{window['id']}-open":
+            window["open"] = True
+        elif kind == "snapshot-window-close" and signal_id == f"{window['id']}-close":
+            state = self.incremental
+            if window["finished"]:
+                self.incremental = {**state, "tables": state["tables"][1:], "last_key": None, "max_key": None}
+            else:
+                self.incremental = {**state, "last_key": window["last"]}
+            if not self.incremental["tables"]:
+                self.incremental = None
+            self.window = None
+            self.snapshot_rows = self._window_rows(window, self._signal_offset())
+
+    def _window_rows(self, window: dict, offset: dict) -> Iterator[ConnectRecord]:
+        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read."""
+        info = window["info"]
+        for row in window["buffer"].values():
+            source = self._source(info, time.time_ns() // 1000, "incremental", offset["txId"], offset["lsn"])
+            yield self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+        if self.incremental is not None:
+            self._next_chunk()
+        else:
+            self.context.warn(f"connector '{self.context.connector_name}': incremental snapshot finished")
+
+    def _query(self, sql: str, params: tuple = ()) -> list:
+        with self.conn.cursor() as q:
+            q.execute(sql, params or None)
+            return q.fetchall() if q.description else []
+
     # -- streaming --------------------------------------------------------------------------------
     def poll(self) -> list[ConnectRecord]:
         """The next records; a lost connection (the server restarted, a failover, the walsender terminated)
@@ -679,6 +986,7 @@ class PostgresTask(SourceTask):
             self.stored = self.returned  # what was handed over is delivered: skipped when streamed again
         self.relations, self.tx, self.tx_counts, self.tx_sources = {}, None, None, {}
         self.stream_started, self.snapshot_rows, self.event, self.last_offset = False, None, 0, None
+        self._incremental_resume()
         try:
             self._connect()
         except Exception as e:
@@ -796,6 +1104,9 @@ class PostgresTask(SourceTask):
         import psycopg2
 
         out: list[ConnectRecord] = []
+        if self.chunk_due:  # an incremental snapshot resumed after a restart: its next chunk
+            self.chunk_due = False
+            self._next_chunk()
         deadline = time.monotonic() + self.c["poll.interval.ms"] / 1000
         try:
             while len(out) < self.c["max.batch.size"]:
@@ -810,8 +1121,12 @@ class PostgresTask(SourceTask):
                 self.message_lsn = msg.data_start
                 if payload[:1] == b"I" and self.tx is not None:
                     out.extend(self._insert(payload))  # most of a load: decoded straight into its record
+                    if self.snapshot_rows is not None:
+                        break  # a signal's blocking snapshot: streaming pauses after the signal
                 else:
                     out.extend(self._handle(pgoutput.decode(bytes(payload))))
+                    if self.snapshot_rows is not None:
+                        break  # a signal's blocking snapshot (the signal decoded on the slow path)
                     if payload[:1] == b"C" and self.context.transaction_context is not None:
                         # transaction.boundary=connector: one Kafka transaction per database transaction
                         # (after its last record, or before this poll's if that went out in an earlier one)
@@ -886,18 +1201,28 @@ class PostgresTask(SourceTask):
             return []  # delivered before the restart
         oid, count = pgoutput.insert_head(payload)
         info = self.relations[oid]
+        values = None
+        if self.signal_table is not None and info["wanted"] and \
+                (info["rel"].schema, info["rel"].table) == self.signal_table:
+            values = pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0]
+            self._signal(values)
         if not info["wanted"] or "c" in self.skipped:
             return []
         offset = {"lsn": tx.final_lsn, "lsn_commit": tx.final_lsn, "txId": tx.xid, "ts_usec": tx.commit_ts_us,
                   "event": self.event, "lsn_safe": self.lsn_safe}
-        row = self._row(info, pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0])
+        if values is None:
+            values = pgoutput.read_tuple(payload, pgoutput.INSERT_TUPLE_AT, count)[0]
+        row = self._row(info, values)
         return self._event(info, "c", None, row, tx.commit_ts_us // 1000, self._tx_source(info), offset)
 
     def _change(self, message: pgoutput.Change, ts_ms: int, offset: dict) -> list[ConnectRecord]:
         info = self.relations[message.relation_oid]
+        kind = message.kind
+        if kind == "I" and self.signal_table is not None and info["wanted"] and \
+                (info["rel"].schema, info["rel"].table) == self.signal_table:
+            self._signal(message.new)
         if not info["wanted"]:
             return []
-        kind = message.kind
         if kind == "I":
             if "c" in self.skipped:
                 return []
@@ -998,6 +1323,11 @@ def _connection_lost(error: BaseException) -> bool:
     if not code:  # libpq's own: an OperationalError, or the bare DatabaseError a dead replication stream gives
         return isinstance(error, psycopg2.OperationalError) or type(error) is psycopg2.DatabaseError
     return code.startswith("08") or code in ("57P01", "57P02", "57P03")
+
+
+def _key_id(info: dict, row: dict) -> str:
+    """A row's primary key as one value: the buffer of an incremental snapshot's window is keyed by it."""
+    return repr([row.get(k) for k in info["keys"]])
 
 
 def _mapped(row: dict | None, mappings: dict[str, Any]) -> dict | None:
@@ -1174,7 +1504,10 @@ class PostgresConnector(SourceConnector):
                   .define("heartbeat.interval.ms", "int", 0, at_least=0)
                   .define("provide.transaction.metadata", "boolean", False)
                   .define("topic.transaction", default="transaction")
-                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat"))
+                  .define("topic.heartbeat.prefix", default="__debezium-heartbeat")
+                  .define("signal.data.collection", default="")
+                  .define("signal.enabled.channels", "list", ["source"])
+                  .define("incremental.snapshot.chunk.size", "int", 1024, at_least=1))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
 
