@@ -50,3 +50,18 @@ def test_a_wrong_index_entry_past_the_kept_damage_is_still_reported(data_dir, mo
     r = cli("verify", "one")
     assert r.exit_code == 1 and "DAMAGED" in r.out, r
     assert f"offset index entry {n} ({rel}, {pos + 1})" in r.out, r.out
+
+
+def test_a_wrong_time_index_entry_past_the_kept_damage_is_still_reported(data_dir, monkeypatch, cli):
+    path, position = _kept_damage(data_dir, monkeypatch)
+    index = path[:-len(".log")] + ".timeindex"
+    with open(index, "rb") as f:
+        data = bytearray(f.read())
+    last = max(i for i in range(len(data) // 12) if struct.unpack_from(">qi", data, 12 * i) != (0, 0))
+    ts, rel = struct.unpack_from(">qi", data, 12 * last)
+    struct.pack_into(">qi", data, 12 * last, ts + 1, rel)  # a timestamp no batch has
+    with open(index, "wb") as f:
+        f.write(data)
+    r = cli("verify", "one")
+    assert r.exit_code == 1 and "DAMAGED" in r.out, r
+    assert f"time index entry {last} ({ts + 1} at offset {rel}) does not match the log" in r.out, r.out
