@@ -33,7 +33,7 @@ from tests.connect.pg_server import PostgresServer, find_pg_bin
 
 def count(data_dir: str, topic: str) -> int:
     with klog.open(data_dir) as s:
-        return s.describe_topic(topic).records if s.has_topic(topic) else 0
+        return s.describe_topic(topic).offsets if s.has_topic(topic) else 0
 
 
 def run(bench: Bench) -> None:

@@ -76,8 +76,7 @@ def list_(data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
     every batch.)"""
     with open_store(data_dir, create=False, read_only=True) as store:
         infos = [store.describe_topic(t.name) for t in store.list_topics()]
-    # (not TopicInfo.records: the same sum, named for what it is)
-    spans = [sum(p.high_watermark - p.log_start_offset for p in i.partitions) for i in infos]
+    spans = [i.offsets for i in infos]
     if as_json:
         for i, span in zip(infos, spans, strict=True):
             print(json.dumps({"topic": i.name, "partitions": len(i.partitions),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -71,8 +72,18 @@ class TopicInfo(Plain):
         self.configs = configs  # only the ones set on the topic
 
     @property
-    def records(self) -> int:
+    def offsets(self) -> int:
+        """The offsets between each partition's log start and high watermark, summed: at most the
+        records a consumer gets from the beginning (transaction markers, compaction and discarded
+        damage leave offsets that hold no record)."""
         return sum(p.high_watermark - p.log_start_offset for p in self.partitions)
+
+    @property
+    def records(self) -> int:
+        """Deprecated: `offsets` (the same sum; it never counted records)."""
+        warnings.warn("TopicInfo.records is deprecated: use TopicInfo.offsets (offsets summed, not a "
+                      "record count)", DeprecationWarning, stacklevel=2)
+        return self.offsets
 
     @property
     def size_bytes(self) -> int:

@@ -124,12 +124,16 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
     multi-partition append per topic (one syncfs for them all, where one request each would cost an
     fsync, a thread hop and a turn of the loop), each answered with its own entries. A partition
     named twice among them appends in request order (produce's serial path); transactional
-    requests, or differing acks, are handled one after another. `context_of(i)`: the context of
-    request i, made only where a request is handled on its own (one connection: one principal)."""
+    requests, differing acks, or acks=0 are handled one after another. acks=0: a failed one closes
+    the connection, and Kafka, which mutes a connection while it handles a request, handles nothing
+    queued behind it; appended together, the requests behind it would be appended anyway (they
+    need no fsync, which the grouping saves). `context_of(i)`: the context of request i, made only
+    where a request is handled on its own (one connection: one principal)."""
     from types import SimpleNamespace
 
     first = requests[0]
-    if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks for r in requests):
+    if first.acks == 0 or any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks
+                              for r in requests):
         answers: list[Any] = []
         for i, r in enumerate(requests):
             answers.append(await produce(context_of(i), r))

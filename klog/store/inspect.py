@@ -18,7 +18,7 @@ from klog.store.format import (
     segment_file_name,
 )
 from klog.store.limits import MAX_MESSAGE_BYTES_DEFAULT
-from klog.store.segment import LogSegment
+from klog.store.segment import KeptDamage, LogSegment
 from klog.store.walk import Tail, walk_batches
 
 
@@ -124,21 +124,63 @@ def check_segment(segment: LogSegment, gaps_ok: bool = False,
     result.log_problem = scan.problem
     result.valid_next_offset = scan.next_offset
     result.high_attributes_offset = scan.high_attributes_offset
-    pos = scan.valid_bytes
+    valid = [(0, scan.valid_bytes)]  # the walked valid byte ranges, and the damage between them
+    damage = _batches_after_damage(segment, scan, starts, times, valid, gaps_ok, max_message_bytes)
     last = (-1, -1)
     for i in range(_used_entries(segment.offset_index)):
         rel, position = segment.offset_index.entry_at(i)
+        offset = segment.base_offset + rel
         if rel <= last[0] or position <= last[1]:
             result.index_problems.append(f"offset index entry {i} does not increase")
-        elif starts.get(position) != segment.base_offset + rel and position < pos:
+        elif starts.get(position) == offset:
+            pass
+        elif any(start <= position < end for start, end in valid):
             result.index_problems.append(f"offset index entry {i} ({rel}, {position}) does not match the log")
-        elif position >= pos:
+        elif (kept := next((d for d in damage if d.position <= position < d.resumed_at), None)) is not None:
+            # (the damaged bytes held batches: an entry of theirs cannot be checked, only its offset)
+            if not kept.first_missing <= offset < kept.resumed_offset:
+                result.index_problems.append(
+                    f"offset index entry {i} ({rel}, {position}) does not match the log: it points into the "
+                    f"damaged bytes at position {kept.position}, which hold offsets "
+                    f"{kept.first_missing}..{kept.resumed_offset - 1}")
+        else:
             result.index_problems.append(f"offset index entry {i} points past the valid log")
         last = (rel, position)
     times.finish(sealed and result.log_problem is None)
     if aborts is not None and result.log_problem is None:
         result.txn_index = aborts.finish(result.index_problems)
     return result
+
+
+KEPT_DAMAGE_MAX = 64  # damaged stretches of one segment the index checks step over (then: past the valid log)
+
+
+def _batches_after_damage(segment: LogSegment, scan: validate.SegmentScan, starts: dict[int, int],
+                          times: _TimeIndexCheck, valid: list[tuple[int, int]], gaps_ok: bool,
+                          max_message_bytes: int) -> list[KeptDamage]:
+    """The valid batches after the damage that ended `scan`, found as recovery and readers find
+    them (resume.resume_after, through LogSegment.resume_after_damage; again after each further
+    damage), added to `starts`, `times` and `valid` (their byte ranges): recovery keeps such damage
+    in place, and the index entries past it point at these batches. The damaged stretches, in order."""
+    kept: list[KeptDamage] = []
+    size = segment.file_size()
+    problem, damage_at = scan.problem, scan.valid_bytes
+    missing = scan.next_offset if scan.next_offset is not None else segment.base_offset
+    while problem is not None and damage_at < size and len(kept) < KEPT_DAMAGE_MAX:
+        resumed = segment.resume_after_damage(damage_at, missing, end=size)
+        if resumed is None:
+            break
+        kept.append(KeptDamage(damage_at, resumed.position, missing, resumed.header.base_offset, problem))
+        times.skip_before(resumed.header.base_offset)
+        after = validate.SegmentScan(segment.read_bytes, size, segment.base_offset, deep=True, gaps_ok=gaps_ok,
+                                     max_message_bytes=max_message_bytes, start=resumed.position)
+        for pos, header in after:
+            starts[pos] = header.last_offset
+            times.add(header)
+        valid.append((resumed.position, after.valid_bytes))
+        problem, damage_at = after.problem, after.valid_bytes
+        missing = after.next_offset if after.next_offset is not None else resumed.header.base_offset
+    return kept
 
 
 class _TimeIndexCheck:
@@ -181,6 +223,14 @@ class _TimeIndexCheck:
                 self.problems.append(f"time index entry {i} ({ts} at offset {offset}) does not match the log: the "
                                      f"largest timestamp up to offset {last_offset} is {self.max_timestamp}, first "
                                      f"at offset {self.offset_of_max_timestamp}")
+
+    def skip_before(self, offset: int) -> None:
+        """Damage up to `offset` (kept by recovery): the entries of offsets in it cannot be checked.
+        The batches after it are added as before: the largest timestamp so far is then only a lower
+        bound, but an entry they settle is checked right (it must be its batch's largest timestamp,
+        above every earlier one)."""
+        while self.next < len(self.pending) and self.pending[self.next][2] < offset:
+            self.next += 1
 
     def finish(self, sealed_whole: bool) -> None:
         """After the last valid batch: entries past it; a whole sealed segment's final entry."""

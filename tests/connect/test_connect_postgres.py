@@ -87,7 +87,7 @@ def _count(data_dir: str, topic: str) -> int:
     import klog
 
     with klog.open(data_dir) as s:
-        return s.describe_topic(topic).records if s.has_topic(topic) else 0
+        return s.describe_topic(topic).offsets if s.has_topic(topic) else 0
 
 
 def filled(rows: dict, columns: list[str]) -> dict:
