@@ -557,8 +557,13 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     plan.corrupt_files.append(_keep_discarded(segment, start, end))
                     later = [b for b in replica.bases if b > base]  # (one at least: the active one)
                     fill_to = later[0] if replica.segments[later[0]].file_size() == 0 else None
-                    temps = _write_without(replica, segment, start, end, fill_to)
                     entries = read_txn_index(replica.directory, base) or []
+                    # an abort marker among the discarded batches (its .txnindex entry says so) is
+                    # written again in their place: without it, its transaction's records stay
+                    # open for ever (read_committed readers stop at them) or read as committed
+                    aborts = [e for e in entries if plan.damaged_from <= e.last_offset < plan.resume
+                              and e.first_offset < plan.damaged_from]
+                    temps = _write_without(replica, segment, start, end, fill_to, aborts)
                     rewrites.append((replica, CleanedSegment(base, replica.directory, temps, tuple(entries))))
                 faults.point("discard-written")
                 for replica, cleaned in rewrites:
@@ -595,7 +600,7 @@ def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
 
 
 def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: int,
-                   fill_to: int | None) -> tuple[str, str, str]:
+                   fill_to: int | None, aborts: list | None = None) -> tuple[str, str, str]:
     """The sealed segment without its bytes [start, end) (the damaged batch), its log and both
     indexes (built as appends build them) written under the `.cleaned` names cleaner.swap_in
     takes, fsynced. Returns their paths (log, offset index, time index).
@@ -614,12 +619,22 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
     size = segment.file_size()
     headers = []
     whole = True
-    for lo, hi, shift in ((0, start, 0), (end, size, end - start)):
-        try:
-            for batch in walk_batches(segment.read_bytes, lo, hi, path=segment.log_path):
-                headers.append((batch.position - shift, batch.header))
-        except CorruptLogError:
-            whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    try:
+        for batch in walk_batches(segment.read_bytes, 0, start, path=segment.log_path):
+            headers.append((batch.position, batch.header))
+    except CorruptLogError:
+        whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    middle = _abort_markers(replica, segment, headers, aborts or [])
+    at = start
+    for marker in middle:
+        headers.append((at, codec.read_header(marker)))
+        at += len(marker)
+    middle_bytes = b"".join(middle)
+    try:
+        for batch in walk_batches(segment.read_bytes, end, size, path=segment.log_path):
+            headers.append((batch.position - (end - start) + len(middle_bytes), batch.header))
+    except CorruptLogError:
+        whole = False
     filler = b""
     kept_end = headers[-1][1].next_offset if headers else segment.base_offset
     if (whole and fill_to is not None and kept_end < fill_to
@@ -627,7 +642,7 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         epoch = headers[-1][1].leader_epoch if headers else codec.KLOG_LEADER_EPOCH
         filler = codec.write_batch([], base_offset=kept_end, attributes=0, last_offset_delta=fill_to - 1 - kept_end,
                                    base_timestamp=-1, max_timestamp=-1, leader_epoch=epoch)
-        headers.append((start + size - end, codec.read_header(filler)))
+        headers.append((start + len(middle_bytes) + size - end, codec.read_header(filler)))
     index, times = IndexBuilder(segment.base_offset, replica.config.index_interval_bytes).add_all(headers)
     temps = []
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -635,7 +650,10 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         fd = open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             if suffix == LOG_SUFFIX:
-                for lo, hi in ((0, start), (end, size)):
+                for lo, hi in ((0, start), (-1, -1), (end, size)):
+                    if lo < 0:
+                        _write_all(fd, middle_bytes)
+                        continue
                     at = lo
                     while at < hi:
                         chunk = segment.read_bytes(at, min(SCAN_CHUNK_BYTES, hi - at))
@@ -652,6 +670,35 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         temps.append(temp)
     fsync_dir(replica.directory)
     return temps[0], temps[1], temps[2]
+
+
+def _abort_markers(replica: PartitionLog, segment: LogSegment, before: list, aborts: list) -> list[bytes]:
+    """ABORT markers at the offsets of `aborts` (AbortedTxn entries whose marker was discarded), of
+    each producer's epoch in its last batch before them (`before`: the batches kept ahead of the
+    damage in `segment`, then the earlier segments'), in offset order."""
+    from klog.store.txn import ABORT, control_batch
+    from klog.store.walk import walk_batches
+
+    out = []
+    for entry in sorted(aborts, key=lambda e: e.last_offset):
+        header = next((h for _, h in reversed(before) if h.producer_id == entry.producer_id), None)
+        for base in reversed([b for b in replica.bases if b < segment.base_offset]):
+            if header is not None:
+                break
+            earlier = replica.segments[base]
+            try:
+                for batch in walk_batches(earlier.read_bytes, 0, earlier.file_size(), path=earlier.log_path):
+                    if batch.header.producer_id == entry.producer_id:
+                        header = batch.header
+            except CorruptLogError:
+                pass
+        if header is None:  # (no batch of its transaction is left: nothing to abort)
+            continue
+        marker = bytearray(control_batch(entry.producer_id, header.producer_epoch, ABORT, 0,
+                                         header.max_timestamp, header.leader_epoch))
+        marker[0:8] = entry.last_offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
+        out.append(bytes(marker))
+    return out
 
 
 def _write_all(fd: int, data: bytes) -> None:
