@@ -8,6 +8,7 @@ partition's next write.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from klog.store.segment import CORRUPT_SUFFIX
 from klog.store.txn import write_txn_index
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from klog.broker.store_protocol import BrokerStore
     from klog.meta.topics import PartitionMeta
     from klog.store.log import PartitionLog
@@ -558,12 +561,13 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     later = [b for b in replica.bases if b > base]  # (one at least: the active one)
                     fill_to = later[0] if replica.segments[later[0]].file_size() == 0 else None
                     entries = read_txn_index(replica.directory, base) or []
-                    # an abort marker among the discarded batches (its .txnindex entry says so) is
-                    # written again in their place: without it, its transaction's records stay
-                    # open for ever (read_committed readers stop at them) or read as committed
-                    aborts = [e for e in entries if plan.damaged_from <= e.last_offset < plan.resume
-                              and e.first_offset < plan.damaged_from]
-                    temps = _write_without(replica, segment, start, end, fill_to, aborts)
+                    # a transaction marker among the discarded batches is written again in their
+                    # place: without it, its transaction stays open for ever (read_committed readers
+                    # stop at its first record, and no `transactions abort` ends it: the coordinator
+                    # has it complete); an ABORT one its .txnindex entry names
+                    # (and a COMMIT or ABORT one the transaction coordinator says its transaction ended with)
+                    markers = _lost_markers(store, replica, segment, start, end, plan, entries)
+                    temps = _write_without(replica, segment, start, end, fill_to, markers)
                     rewrites.append((replica, CleanedSegment(base, replica.directory, temps, tuple(entries))))
                 faults.point("discard-written")
                 for replica, cleaned in rewrites:
@@ -600,7 +604,7 @@ def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
 
 
 def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: int,
-                   fill_to: int | None, aborts: list | None = None) -> tuple[str, str, str]:
+                   fill_to: int | None, markers: list[bytes] | None = None) -> tuple[str, str, str]:
     """The sealed segment without its bytes [start, end) (the damaged batch), its log and both
     indexes (built as appends build them) written under the `.cleaned` names cleaner.swap_in
     takes, fsynced. Returns their paths (log, offset index, time index).
@@ -624,7 +628,7 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
             headers.append((batch.position, batch.header))
     except CorruptLogError:
         whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
-    middle = _abort_markers(replica, segment, headers, aborts or [])
+    middle = markers or []
     at = start
     for marker in middle:
         headers.append((at, codec.read_header(marker)))
@@ -672,31 +676,69 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
     return temps[0], temps[1], temps[2]
 
 
-def _abort_markers(replica: PartitionLog, segment: LogSegment, before: list, aborts: list) -> list[bytes]:
-    """ABORT markers at the offsets of `aborts` (AbortedTxn entries whose marker was discarded), of
-    each producer's epoch in its last batch before them (`before`: the batches kept ahead of the
-    damage in `segment`, then the earlier segments'), in offset order."""
-    from klog.store.txn import ABORT, control_batch
+def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment, start: int, end: int,
+                  plan: Discard, entries: list) -> list[bytes]:
+    """The end-transaction markers the discarded bytes [start, end) of `segment` held, in offset order,
+    for the transactions open at the damage (their first batch before it, no batch of their producer
+    after it): ABORT at the offset of a `.txnindex` entry ending in the discarded range (`entries`),
+    else the outcome the transaction coordinator completed for the producer at that epoch (COMMIT or
+    ABORT, at the discarded range's last free offset). A transaction neither says stays open."""
+    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta
+    from klog.store.txn import ABORT, COMMIT, DATA, TxnTracker, batch_event, control_batch, is_transactional
     from klog.store.walk import walk_batches
 
-    out = []
-    for entry in sorted(aborts, key=lambda e: e.last_offset):
-        header = next((h for _, h in reversed(before) if h.producer_id == entry.producer_id), None)
-        for base in reversed([b for b in replica.bases if b < segment.base_offset]):
-            if header is not None:
-                break
-            earlier = replica.segments[base]
-            try:
-                for batch in walk_batches(earlier.read_bytes, 0, earlier.file_size(), path=earlier.log_path):
-                    if batch.header.producer_id == entry.producer_id:
-                        header = batch.header
-            except CorruptLogError:
-                pass
-        if header is None:  # (no batch of its transaction is left: nothing to abort)
+    def walk(seg: LogSegment, lo: int, hi: int) -> Iterator:
+        try:
+            for batch in walk_batches(seg.read_bytes, lo, hi, path=seg.log_path):
+                yield seg, batch
+        except CorruptLogError:
+            return
+
+    tracker, last = TxnTracker(), {}
+    earlier = [replica.segments[b] for b in replica.bases if b < segment.base_offset]
+    for seg, batch in itertools.chain(*(walk(e, 0, e.file_size()) for e in earlier), walk(segment, 0, start)):
+        header = batch.header
+        if not is_transactional(header.attributes):
             continue
-        marker = bytearray(control_batch(entry.producer_id, header.producer_epoch, ABORT, 0,
-                                         header.max_timestamp, header.leader_epoch))
-        marker[0:8] = entry.last_offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
+        try:
+            kind = batch_event(seg.read_bytes, batch.position, header, seg.log_path)
+        except CorruptLogError:
+            continue
+        last[header.producer_id] = header
+        if kind == DATA:
+            tracker.data(header.producer_id, header.base_offset)
+        elif kind is not None:
+            tracker.marker(header.producer_id, header.base_offset, kind)
+    open_ = set(tracker.open)
+    later = [replica.segments[b] for b in replica.bases if b > segment.base_offset]
+    for _, batch in itertools.chain(walk(segment, end, segment.file_size()),
+                                    *(walk(e, 0, e.file_size()) for e in later)):
+        open_.discard(batch.header.producer_id)  # (its transaction goes on, or its marker is there)
+    if not open_:
+        return []
+    found: dict[int, tuple[int, int]] = {}  # offset -> (producer id, kind)
+    for entry in entries:
+        if entry.producer_id in open_ and plan.damaged_from <= entry.last_offset < plan.resume:
+            found[entry.last_offset] = (entry.producer_id, ABORT)
+    done = {pid for pid, _ in found.values()}
+    coordinator = {m.producer_id: m for m in TransactionsMeta(store.meta).all()}
+    free = plan.resume - 1
+    for pid in sorted(open_ - done):
+        meta = coordinator.get(pid)
+        if meta is None or meta.producer_epoch != last[pid].producer_epoch or \
+                meta.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            continue  # (ongoing, fenced, or forgotten: which way it ended is not known)
+        while free in found:
+            free -= 1
+        if free < plan.damaged_from:
+            break
+        found[free] = (pid, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
+    out = []
+    for offset, (pid, kind) in sorted(found.items()):
+        header = last[pid]
+        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp,
+                                         header.leader_epoch))
+        marker[0:8] = offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
         out.append(bytes(marker))
     return out
 
