@@ -546,6 +546,7 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     continue
                 plan, places = found
                 rewrites = []
+                markers = None
                 for place in places:
                     replica, base = place.replica, place.base
                     if base == replica.bases[-1]:  # never rewrite the active segment: roll past it first
@@ -564,9 +565,13 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     # a transaction marker among the discarded batches is written again in their
                     # place: without it, its transaction stays open for ever (read_committed readers
                     # stop at its first record, and no `transactions abort` ends it: the coordinator
-                    # has it complete); an ABORT one its .txnindex entry names
-                    # (and a COMMIT or ABORT one the transaction coordinator says its transaction ended with)
-                    markers = _lost_markers(store, replica, segment, start, end, plan, entries)
+                    # has it complete): ABORT where a .txnindex entry says so, else as the transaction
+                    # coordinator completed it. Found once, from every replica's entries, so that the
+                    # replicas keep the same batches
+                    if markers is None:
+                        every = {e for q in places for e in read_txn_index(q.replica.directory, q.base) or []}
+                        markers = _lost_markers(store, replica, segment, start, end, plan, sorted(
+                            every, key=lambda e: (e.last_offset, e.producer_id)))
                     temps = _write_without(replica, segment, start, end, fill_to, markers)
                     rewrites.append((replica, CleanedSegment(base, replica.directory, temps, tuple(entries))))
                 faults.point("discard-written")
