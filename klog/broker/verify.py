@@ -699,10 +699,11 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
         except CorruptLogError:
             return
 
-    tracker, last = TxnTracker(), {}
+    tracker, last, leader_epoch = TxnTracker(), {}, 0
     earlier = [replica.segments[b] for b in replica.bases if b < segment.base_offset]
     for seg, batch in itertools.chain(*(walk(e, 0, e.file_size()) for e in earlier), walk(segment, 0, start)):
         header = batch.header
+        leader_epoch = header.leader_epoch  # (the last batch's before the damage: the markers' own)
         if not is_transactional(header.attributes):
             continue
         try:
@@ -741,8 +742,7 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
     out = []
     for offset, (pid, kind) in sorted(found.items()):
         header = last[pid]
-        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp,
-                                         header.leader_epoch))
+        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp, leader_epoch))
         marker[0:8] = offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
         out.append(bytes(marker))
     return out
