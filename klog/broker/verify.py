@@ -8,6 +8,7 @@ partition's next write.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from klog.store.segment import CORRUPT_SUFFIX
 from klog.store.txn import write_txn_index
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from klog.broker.store_protocol import BrokerStore
     from klog.meta.topics import PartitionMeta
     from klog.store.log import PartitionLog
@@ -543,6 +546,7 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     continue
                 plan, places = found
                 rewrites = []
+                markers = None
                 for place in places:
                     replica, base = place.replica, place.base
                     if base == replica.bases[-1]:  # never rewrite the active segment: roll past it first
@@ -557,8 +561,18 @@ def discard_damaged(store: BrokerStore, topic: str | None = None) -> list[Discar
                     plan.corrupt_files.append(_keep_discarded(segment, start, end))
                     later = [b for b in replica.bases if b > base]  # (one at least: the active one)
                     fill_to = later[0] if replica.segments[later[0]].file_size() == 0 else None
-                    temps = _write_without(replica, segment, start, end, fill_to)
                     entries = read_txn_index(replica.directory, base) or []
+                    # a transaction marker among the discarded batches is written again in their
+                    # place: without it, its transaction stays open for ever (read_committed readers
+                    # stop at its first record, and no `transactions abort` ends it: the coordinator
+                    # has it complete): ABORT where a .txnindex entry says so, else as the transaction
+                    # coordinator completed it. Found once, from every replica's entries, so that the
+                    # replicas keep the same batches
+                    if markers is None:
+                        every = {e for q in places for e in read_txn_index(q.replica.directory, q.base) or []}
+                        markers = _lost_markers(store, replica, segment, start, end, plan, sorted(
+                            every, key=lambda e: (e.last_offset, e.producer_id)))
+                    temps = _write_without(replica, segment, start, end, fill_to, markers)
                     rewrites.append((replica, CleanedSegment(base, replica.directory, temps, tuple(entries))))
                 faults.point("discard-written")
                 for replica, cleaned in rewrites:
@@ -595,7 +609,7 @@ def _keep_discarded(segment: LogSegment, start: int, end: int) -> str:
 
 
 def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: int,
-                   fill_to: int | None) -> tuple[str, str, str]:
+                   fill_to: int | None, markers: list[bytes] | None = None) -> tuple[str, str, str]:
     """The sealed segment without its bytes [start, end) (the damaged batch), its log and both
     indexes (built as appends build them) written under the `.cleaned` names cleaner.swap_in
     takes, fsynced. Returns their paths (log, offset index, time index).
@@ -614,12 +628,22 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
     size = segment.file_size()
     headers = []
     whole = True
-    for lo, hi, shift in ((0, start, 0), (end, size, end - start)):
-        try:
-            for batch in walk_batches(segment.read_bytes, lo, hi, path=segment.log_path):
-                headers.append((batch.position - shift, batch.header))
-        except CorruptLogError:
-            whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    try:
+        for batch in walk_batches(segment.read_bytes, 0, start, path=segment.log_path):
+            headers.append((batch.position, batch.header))
+    except CorruptLogError:
+        whole = False  # more damage further on: copied as it is (verify names it; a second discard drops it)
+    middle = markers or []
+    at = start
+    for marker in middle:
+        headers.append((at, codec.read_header(marker)))
+        at += len(marker)
+    middle_bytes = b"".join(middle)
+    try:
+        for batch in walk_batches(segment.read_bytes, end, size, path=segment.log_path):
+            headers.append((batch.position - (end - start) + len(middle_bytes), batch.header))
+    except CorruptLogError:
+        whole = False
     filler = b""
     kept_end = headers[-1][1].next_offset if headers else segment.base_offset
     if (whole and fill_to is not None and kept_end < fill_to
@@ -627,7 +651,7 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         epoch = headers[-1][1].leader_epoch if headers else codec.KLOG_LEADER_EPOCH
         filler = codec.write_batch([], base_offset=kept_end, attributes=0, last_offset_delta=fill_to - 1 - kept_end,
                                    base_timestamp=-1, max_timestamp=-1, leader_epoch=epoch)
-        headers.append((start + size - end, codec.read_header(filler)))
+        headers.append((start + len(middle_bytes) + size - end, codec.read_header(filler)))
     index, times = IndexBuilder(segment.base_offset, replica.config.index_interval_bytes).add_all(headers)
     temps = []
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -635,7 +659,10 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         fd = open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             if suffix == LOG_SUFFIX:
-                for lo, hi in ((0, start), (end, size)):
+                for lo, hi in ((0, start), (-1, -1), (end, size)):
+                    if lo < 0:
+                        _write_all(fd, middle_bytes)
+                        continue
                     at = lo
                     while at < hi:
                         chunk = segment.read_bytes(at, min(SCAN_CHUNK_BYTES, hi - at))
@@ -652,6 +679,73 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
         temps.append(temp)
     fsync_dir(replica.directory)
     return temps[0], temps[1], temps[2]
+
+
+def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment, start: int, end: int,
+                  plan: Discard, entries: list) -> list[bytes]:
+    """The end-transaction markers the discarded bytes [start, end) of `segment` held, in offset order,
+    for the transactions open at the damage (their first batch before it, no batch of their producer
+    after it): ABORT at the offset of a `.txnindex` entry ending in the discarded range (`entries`),
+    else the outcome the transaction coordinator completed for the producer at that epoch (COMMIT or
+    ABORT, at the discarded range's last free offset). A transaction neither says stays open."""
+    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta
+    from klog.store.txn import ABORT, COMMIT, DATA, TxnTracker, batch_event, control_batch, is_transactional
+    from klog.store.walk import walk_batches
+
+    def walk(seg: LogSegment, lo: int, hi: int) -> Iterator:
+        try:
+            for batch in walk_batches(seg.read_bytes, lo, hi, path=seg.log_path):
+                yield seg, batch
+        except CorruptLogError:
+            return
+
+    tracker, last, leader_epoch = TxnTracker(), {}, 0
+    earlier = [replica.segments[b] for b in replica.bases if b < segment.base_offset]
+    for seg, batch in itertools.chain(*(walk(e, 0, e.file_size()) for e in earlier), walk(segment, 0, start)):
+        header = batch.header
+        leader_epoch = header.leader_epoch  # (the last batch's before the damage: the markers' own)
+        if not is_transactional(header.attributes):
+            continue
+        try:
+            kind = batch_event(seg.read_bytes, batch.position, header, seg.log_path)
+        except CorruptLogError:
+            continue
+        last[header.producer_id] = header
+        if kind == DATA:
+            tracker.data(header.producer_id, header.base_offset)
+        elif kind is not None:
+            tracker.marker(header.producer_id, header.base_offset, kind)
+    open_ = set(tracker.open)
+    later = [replica.segments[b] for b in replica.bases if b > segment.base_offset]
+    for _, batch in itertools.chain(walk(segment, end, segment.file_size()),
+                                    *(walk(e, 0, e.file_size()) for e in later)):
+        open_.discard(batch.header.producer_id)  # (its transaction goes on, or its marker is there)
+    if not open_:
+        return []
+    found: dict[int, tuple[int, int]] = {}  # offset -> (producer id, kind)
+    for entry in entries:
+        if entry.producer_id in open_ and plan.damaged_from <= entry.last_offset < plan.resume:
+            found[entry.last_offset] = (entry.producer_id, ABORT)
+    done = {pid for pid, _ in found.values()}
+    coordinator = {m.producer_id: m for m in TransactionsMeta(store.meta).all()}
+    free = plan.resume - 1
+    for pid in sorted(open_ - done):
+        meta = coordinator.get(pid)
+        if meta is None or meta.producer_epoch != last[pid].producer_epoch or \
+                meta.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            continue  # (ongoing, fenced, or forgotten: which way it ended is not known)
+        while free in found:
+            free -= 1
+        if free < plan.damaged_from:
+            break
+        found[free] = (pid, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
+    out = []
+    for offset, (pid, kind) in sorted(found.items()):
+        header = last[pid]
+        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp, leader_epoch))
+        marker[0:8] = offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
+        out.append(bytes(marker))
+    return out
 
 
 def _write_all(fd: int, data: bytes) -> None:

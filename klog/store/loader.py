@@ -49,17 +49,19 @@ if TYPE_CHECKING:
 class RecoveryReport(Plain):
     """What opening a replica for writing repaired, for `klog verify` and tests."""
 
-    _fields = ("segments_recovered", "bytes_truncated", "segments_deleted", "reasons", "damaged")
+    _fields = ("segments_recovered", "bytes_truncated", "segments_deleted", "reasons", "damaged", "damage_at")
 
     def __init__(self, segments_recovered: list[int] | None = None, bytes_truncated: int = 0,
                  segments_deleted: list[int] | None = None, reasons: list[str] | None = None,
-                 damaged: list[str] | None = None) -> None:
+                 damaged: list[str] | None = None, damage_at: list[tuple[int, int, int]] | None = None) -> None:
         self.segments_recovered = [] if segments_recovered is None else segments_recovered
         self.bytes_truncated = bytes_truncated
         self.segments_deleted = [] if segments_deleted is None else segments_deleted
         self.reasons = [] if reasons is None else reasons
         # damaged batches below the acknowledged end recovery left in place (valid batches follow them)
         self.damaged = [] if damaged is None else damaged
+        # where each of them is: (segment base, position, first offset it holds)
+        self.damage_at = [] if damage_at is None else damage_at
 
     @property
     def repaired(self) -> bool:
@@ -201,6 +203,7 @@ def recover_tail(log: PartitionLog, snap: ReplicaSnapshot | None, report: Recove
         result = segment.recover(committed_end, sealed=base != log.bases[-1], keep_damage=keep_damage)
         report.segments_recovered.append(base)
         for damage in result.kept:  # acknowledged records after it: left in place, read past as damage
+            report.damage_at.append((base, damage.position, damage.first_missing))
             report.damaged.append(f"{segment.log_path}: {damage.problem}: offsets {damage.first_missing}.."
                                   f"{damage.resumed_offset - 1} are damaged (kept in place: the valid batches "
                                   f"after it, from offset {damage.resumed_offset}, stay)")
@@ -262,6 +265,25 @@ def delete_from(log: PartitionLog, base: int, report: RecoveryReport, why: str,
     log.refresh_segments()
     if not log.bases:
         log.new_segment(base)
+
+
+def cut_kept_damage(log: PartitionLog, report: RecoveryReport, committed_end: int | None) -> None:
+    """Cut the log at the first damaged batch recovery kept in place (`report.damage_at`), as a
+    recovery without keep_damage would have (the bytes from it on kept in `.corrupt` files, the
+    segments after it removed): for a replica whose records an intact one holds (Partition.
+    open_for_write: the copy comes back from it)."""
+    base, position, first_missing = report.damage_at[0]
+    segment = log.segments[base]
+    size = segment.file_size()
+    keep_corrupt_bytes(segment.log_path, position, size)
+    report.bytes_truncated += size - position
+    report.reasons.append(f"{segment.log_path}: a damaged batch at position {position} (offset {first_missing}); "
+                          f"cut {size - position} bytes (an intact replica holds them)")
+    later = [b for b in log.bases if b > base]
+    if later:
+        delete_from(log, later[0], report, "after a truncated segment", committed_end)
+    report.damaged, report.damage_at = [], []
+    log.truncate_to_damage(segment, position, first_missing)
 
 
 # -- pass 4 --------------------------------------------------------------------------------------

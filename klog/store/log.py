@@ -93,7 +93,7 @@ def _settled(changed_ns: int, before_ns: int) -> bool:
 # What an open for write that adopted the log as it was returns: nothing repaired. One shared
 # report (kept by every written partition until its close); its lists are tuples, so that nothing
 # can append to it (recovery fills a report of its own)
-_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=(), damaged=())  # type: ignore[arg-type]
+_CLEAN_OPEN = RecoveryReport(segments_recovered=(), segments_deleted=(), reasons=(), damaged=(), damage_at=())  # type: ignore[arg-type]
 _NOTHING_LISTED: frozenset[str] = frozenset()
 _new_tuple = tuple.__new__
 
@@ -1018,6 +1018,22 @@ class PartitionLog:
         for segment in self._listed_segments():
             segment.close()
         self.state.close()
+
+    def truncate_to_damage(self, segment: LogSegment, position: int, offset: int) -> None:
+        """Cut the log at a damaged batch's `position` in `segment` (the last segment now: loader.
+        cut_kept_damage removed the ones after it), which holds `offset` on."""
+        self.drop_flushes()
+        self._folder_seen = None
+        segment.truncate_to_position(position, None)
+        fsync_dir(self.directory)
+        self._fds_base = -1
+        self.refresh_segments()
+        if self.active.next_offset is None:
+            self.active.next_offset = self.active.base_offset
+        assert self.active.next_offset <= offset, (self.active.next_offset, offset)
+        self._open_fds()
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._save_state(sync=True)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch whose last offset ≥ offset (Kafka truncates whole batches)."""

@@ -23,7 +23,7 @@ from klog.errors import (
     StateLostError,
     StorageError,
 )
-from klog.store import codec, faults
+from klog.store import codec, faults, loader
 from klog.store.config import LogConfig
 from klog.store.flush_pipeline import FLUSH_MS_TIMED_MAX
 from klog.store.format import partition_dir_name
@@ -411,9 +411,18 @@ class Partition:
             self.last_recovery = [leader.open_for_write(committed, trusted=trusted, token=token)]
             hw = leader.log_end_offset
         else:
-            # (a damaged replica is cut: reconcile copies the records back from an in-sync one)
-            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token, keep_damage=False)
-                                  for r in replicas]
+            # damage under acknowledged records stays where no replica is intact (as with one:
+            # cutting every replica at its own damage lost the valid batches after it from all of
+            # them); a damaged replica is cut where another one is intact, and reconcile copies the
+            # records back from it
+            self.last_recovery = [r.open_for_write(committed, trusted=trusted, token=token) for r in replicas]
+            if any(report.damage_at for report in self.last_recovery):
+                end = max(r.log_end_offset for r in replicas)
+                if any(not report.damage_at and r.log_end_offset == end
+                       for r, report in zip(replicas, self.last_recovery, strict=True)):
+                    for r, report in zip(replicas, self.last_recovery, strict=True):
+                        if report.damage_at:
+                            loader.cut_kept_damage(r, report, committed)
             hw = min(r.log_end_offset for r in replicas)
         if trusted:
             fields = self.state.read_valid_fields()

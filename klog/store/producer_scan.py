@@ -53,7 +53,7 @@ def recent_headers(log: PartitionLog, since_ms: int | None = None) -> Iterator[B
         if segment is None:
             continue
         try:
-            for _, header in segment.pinned_headers():
+            for _, header in segment.pinned_headers_past_damage():  # (damage recovery kept: stepped over)
                 yield header
         except FileNotFoundError:
             continue

@@ -368,6 +368,38 @@ class LogSegment:
         finally:
             opened.release()
 
+    def pinned_headers_past_damage(self) -> Iterator[tuple[int, BatchHeader]]:
+        """pinned_headers over the whole `.log`, going on past damage a valid batch follows (as
+        recovery keeps it: resume.resume_after) instead of stopping there: the producer-state walk's,
+        which stopping at kept damage left without the sequences after it (every later batch of
+        those producers refused as out of order). A damaged batch whose header the walk read (its
+        length flipped: the walk went on by it into garbage) still counts; a torn tail ends the walk."""
+        opened, size = self.pin()
+        try:
+            start = 0
+            while start < size:
+                last: tuple[int, BatchHeader] | None = None
+                stop = start
+                try:
+                    for pos, header in self.iter_headers(start, size, opened.read):
+                        yield pos, header
+                        last, stop = (pos, header), pos + header.size
+                except CorruptLogError:
+                    pass
+                if stop >= size:
+                    return
+                at, first_missing = stop, self.base_offset if last is None else last[1].next_offset
+                if last is not None and last[1].magic == MAGIC_V2:
+                    data = opened.read(last[0], last[1].size)
+                    if len(data) < last[1].size or not codec.crc_ok(data, 0, last[1]):
+                        at, first_missing = last[0], last[1].base_offset  # (its length led the walk astray)
+                resumed = self.resume_after_damage(at, first_missing, None, opened.read, size)
+                if resumed is None or resumed.position <= start:
+                    return
+                start = resumed.position
+        finally:
+            opened.release()
+
     def position_for_offset(self, offset: int, end: int, read: Read | None = None) -> tuple[int, BatchHeader] | None:
         """Start of the first batch whose last offset ≥ offset, scanning from the index hint."""
         read = read or self.read_bytes

@@ -452,23 +452,55 @@ class StableView:
             for entry in read_txn_index(self.replica.directory, base) or ():
                 if entry.last_offset >= base:  # (Kafka indexes a range in its marker's segment)
                     self._unconfirmed.setdefault(entry.last_offset, []).append(entry)
-        for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
-            if header.base_offset >= bound:
-                if max(self._next_offset, base) < bound:
-                    # a base offset damage raised past the bound: the batches below it are unknown
-                    self._walk_cut(segment, bound)
-                return True
-            kind = batch_event(opened.read, pos, header, segment.log_path)
-            self._settle_indexed(header, kind)
-            if kind == DATA:
-                self.tracker.data(header.producer_id, header.base_offset)
-            elif kind is not None:
-                ended = self.tracker.marker(header.producer_id, header.base_offset, kind)
-                if ended is not None:
-                    self._add_aborted(ended)
-            self._scan_pos = pos + header.size
-            self._next_offset = header.next_offset
-        return False
+        while True:
+            last = None  # (position, header) of the last batch walked
+            try:
+                for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
+                    if header.base_offset >= bound:
+                        if max(self._next_offset, base) < bound:
+                            # a base offset damage raised past the bound: the batches below it are unknown
+                            self._walk_cut(segment, bound)
+                        return True
+                    kind = batch_event(opened.read, pos, header, segment.log_path)
+                    self._settle_indexed(header, kind)
+                    if kind == DATA:
+                        self.tracker.data(header.producer_id, header.base_offset)
+                    elif kind is not None:
+                        ended = self.tracker.marker(header.producer_id, header.base_offset, kind)
+                        if ended is not None:
+                            self._add_aborted(ended)
+                    self._scan_pos = pos + header.size
+                    self._next_offset = header.next_offset
+                    last = (pos, header)
+            except CorruptLogError:
+                if not self._past_length_damage(segment, opened, size, last):
+                    raise
+                continue
+            if self._scan_pos >= size or not self._past_length_damage(segment, opened, size, last):
+                return False
+
+    def _past_length_damage(self, segment, opened, size: int, last) -> bool:  # noqa: ANN001 - LogSegment, OpenLog
+        """The walk stopped short of `size` after the batch `last` (position, header), a data batch
+        that fails its CRC: a flipped bit in its length led the walk into garbage (damage recovery
+        keeps in place). When the next valid batch (resume.resume_after) starts at that batch's
+        next offset, nothing but it is unknown (its header was read: a damaged marker raised
+        already), and the walk goes on there; True. Else (False) the walk stops, an error as before."""
+        if last is None:
+            return False
+        from klog.store import codec
+        from klog.store.format import MAGIC_V2
+
+        pos, header = last
+        if header.magic != MAGIC_V2 or header.is_control:
+            return False
+        data = opened.read(pos, header.size)
+        if len(data) == header.size and codec.crc_ok(data, 0, header):
+            return False
+        resumed = segment.resume_after_damage(pos, header.base_offset, None, opened.read, size)
+        if resumed is None or resumed.header.base_offset != header.next_offset or resumed.position <= pos:
+            return False
+        self._scan_pos = resumed.position
+        return True
 
     def _settle_indexed(self, header, kind: int | None) -> None:  # noqa: ANN001 - BatchHeader
         """Take or drop the .txnindex entries whose marker offset the walk reached at `header`.
