@@ -339,7 +339,8 @@ def _repair(part, replica, check: ReplicaCheck, healthy, notes: list[str], hw: i
     if cut_at is not None and healthy is None and cut_at < hw:
         # cutting would drop committed records nobody else holds (and what follows the damage):
         # leave the files for inspection; readers keep failing loudly at the damage
-        notes.append(f"not repaired: offsets {cut_at}..{hw - 1} are committed and no intact replica holds them; "
+        notes.append(f"not repaired: a repair would cut committed offsets {cut_at}..{hw - 1} (from the damage on) "
+                     "and no intact replica holds them; "
                      f"read what is readable with 'klog consume {part.topic} --skip-damaged', then drop the damage "
                      f"with 'klog verify {part.topic} --repair --discard-damaged'")
         return False
