@@ -113,10 +113,11 @@ class TaskContext:
         self.rewinds[tp] = offset
 
     def request_offset_commit(self, partition: dict | None = None, offset: dict | None = None) -> None:
-        """klog's (Kafka has none), for a source task: the offsets of the records poll() returned are stored
+        """klog's (Kafka has none), for a source task: the offsets of the records poll() returns are stored
         right after this poll, not at the next offset.flush.interval.ms (a CDC snapshot's end: a kill then
         does not take it again). With `partition` and `offset`, that offset is stored too, after those
-        records' (progress no record carries: a snapshot of empty tables)."""
+        records' (progress no record carries: a snapshot of empty tables); so a poll that asks returns no
+        record of what came after the point it asked at."""
         self.commit_requested = True
         if partition is not None and offset is not None:
             self.requested_offsets.append((partition, offset))

@@ -65,6 +65,34 @@ def test_a_snapshots_offsets_are_stored_at_its_end(pg_db, data_dir):
     assert [i for i, _ in _ops(data_dir, "shop.public.t")] == [1, 2, 3, 4, 5]
 
 
+def test_changes_streamed_right_after_an_empty_snapshot_are_not_stored_behind_it(pg_db, data_dir):
+    """The empty snapshot's offset is stored after the records of the poll that ended it: a transaction
+    committed while the snapshot ran (after the slot's consistent point) is streamed in a later poll, so its
+    offset is not overwritten by the older snapshot's one (which would send it again after a restart)."""
+    pg_db.execute("CREATE TABLE a (id int PRIMARY KEY)")
+    pg_db.execute("CREATE TABLE b (id int PRIMARY KEY)")
+    holder = pg_db.connect()
+    try:
+        with holder.cursor() as q:  # the snapshot's read of a waits for it (after the slot's consistent point)
+            q.execute("SELECT pg_advisory_lock(42)")
+        config = cdc(pg_db, **{"snapshot.select.statement.overrides": "public.a",
+                               "snapshot.select.statement.overrides.public.a":
+                               "SELECT id FROM a WHERE (SELECT pg_advisory_lock_shared(42)::text) IS NOT NULL"})
+        with running(data_dir, config, worker=NO_INTERVAL):
+            wait_for(lambda: pg_db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                           "AND NOT granted")[0][0] == 1, timeout=20, what="the snapshot waiting")
+            pg_db.execute("INSERT INTO b VALUES (1)")  # after the consistent point: streamed, not snapshotted
+            with holder.cursor() as q:
+                q.execute("SELECT pg_advisory_unlock(42)")
+            wait_for(lambda: _ops(data_dir, "shop.public.b"), timeout=20, what="the insert")
+    finally:
+        holder.close()
+    with running(data_dir, cdc(pg_db), worker=NO_INTERVAL):
+        pg_db.execute("INSERT INTO b VALUES (2)")
+        wait_for(lambda: (2, "c") in _ops(data_dir, "shop.public.b"), timeout=20, what="the next insert")
+    assert _ops(data_dir, "shop.public.b") == [(1, "c"), (2, "c")]
+
+
 class Forwarder:
     """A TCP port forwarded to the server's: a PostgreSQL that comes up when start() is called."""
 

@@ -725,10 +725,11 @@ class PostgresTask(SourceTask):
                         tc.commit_transaction(out[-1])
                     return out
             self.snapshot_rows = None
-            if out:
-                if tc is not None:
-                    tc.commit_transaction(out[-1])
-                return out
+            if out and tc is not None:
+                tc.commit_transaction(out[-1])
+            # the snapshot's end: its offsets are stored after this poll's records (request_offset_commit), so
+            # no streamed record comes in this poll
+            return out
         if self.initial_only:
             time.sleep(0.1)
             return []
