@@ -105,9 +105,22 @@ class TaskContext:
 
         # source tasks under transaction.boundary=connector: where the task ends each transaction
         self.transaction_context: TransactionContext | None = None
+        # source tasks: request_offset_commit()'s, taken by the worker after each poll
+        self.commit_requested = False
+        self.requested_offsets: list[tuple[dict, dict]] = []
 
     def offset(self, tp: TP, offset: int) -> None:
         self.rewinds[tp] = offset
+
+    def request_offset_commit(self, partition: dict | None = None, offset: dict | None = None) -> None:
+        """klog's (Kafka has none), for a source task: the offsets of the records poll() returns are stored
+        right after this poll, not at the next offset.flush.interval.ms (a CDC snapshot's end: a kill then
+        does not take it again). With `partition` and `offset`, that offset is stored too, after those
+        records' (progress no record carries: a snapshot of empty tables); so a poll that asks returns no
+        record of what came after the point it asked at."""
+        self.commit_requested = True
+        if partition is not None and offset is not None:
+            self.requested_offsets.append((partition, offset))
 
 
 class TransactionContext:

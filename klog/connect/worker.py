@@ -35,8 +35,8 @@ from klog.connect.api import (
 from klog.connect.config import ConfigDef, java_regex, regex_check, substitute_env
 from klog.connect.converters import Converter, make_converter
 from klog.connect.data import ConnectRecord
-from klog.connect.errors import ConfigError
-from klog.connect.errors_handler import SKIP, DeadLetterQueue, ErrorHandler
+from klog.connect.errors import ConfigError, RetriableError
+from klog.connect.errors_handler import BACKOFF_START_S, SKIP, DeadLetterQueue, ErrorHandler
 from klog.connect.transforms import Chain
 
 # a poll that returned this many records (the source has more waiting) is flushed with a later one,
@@ -443,6 +443,8 @@ class SourceRunner(TaskRunner):
         if self.transactional and self.boundary == "connector":
             self.transaction_context = context.transaction_context = TransactionContext()
         task.initialize(context)
+        self.context = context
+        self.poll_delay = BACKOFF_START_S
         task.start(self.props)
         if self.transactional:
             self.work_transactional(task)
@@ -458,10 +460,14 @@ class SourceRunner(TaskRunner):
                 # a poll's records die once sent and form no cycles: the cyclic GC, which would walk them
                 # every few hundred allocations, waits until they are handed over
                 with _gc_paused(GC_PAUSE_MIN_RECORDS):
-                    records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    records = self.poll(task)
                     if records:
                         self.send_all(records)
                         unflushed = True
+                if self.take_requested():  # the task asked for its offsets stored now
+                    self.commit(task)
+                    last_commit = last_flush = time.monotonic()
+                    unflushed = False
                 # durable now (as Kafka's producer at linger.ms=0 sends at once), unless the task has more
                 # waiting (a full batch) and the last write is recent: then one write covers several polls
                 if unflushed and (len(records) < FLUSH_BATCH_RECORDS or time.monotonic() - last_flush >= FLUSH_LAG_S):
@@ -497,7 +503,7 @@ class SourceRunner(TaskRunner):
                 if self.stop_event.is_set():
                     break
                 with _gc_paused(GC_PAUSE_MIN_RECORDS):
-                    records = self.handler.retrying("TASK_POLL", task.poll) or []
+                    records = self.poll(task)
                     polled = bool(records)
                     if tc is not None:
                         if tc.before_poll:
@@ -515,6 +521,10 @@ class SourceRunner(TaskRunner):
                         if not self.producer.in_transaction:
                             opened = time.monotonic()
                         self.send_in_transaction(records)
+                if self.take_requested():  # the task asked for its offsets stored now: the transaction ends
+                    if self.pending and not self.producer.in_transaction:
+                        self.producer.begin()
+                    self.commit_transaction(task)
                 if self.boundary == "poll" or (self.boundary == "interval" and time.monotonic() - opened >= interval_s):
                     self.commit_transaction(task)
                 if not polled:
@@ -525,6 +535,35 @@ class SourceRunner(TaskRunner):
                 task.stop()
             finally:
                 self.producer.close()
+
+    def poll(self, task: SourceTask) -> list[ConnectRecord]:
+        """task.poll(). A RetriableError is logged and the task polled again, without limit, as Kafka's
+        AbstractWorkerSourceTask.poll (errors.retry.timeout is the converters', transforms' and producer's,
+        not poll's); klog waits before it polls again, 0.3 s doubling up to errors.retry.delay.max.ms (Kafka
+        polls again at once), and a poll that returns starts the wait over."""
+        try:
+            records = task.poll() or []
+        except RetriableError as e:
+            delay = self.poll_delay
+            self.worker.warn(f"connector '{self.v.name}' task {self.task_id}: poll() failed, polling again in "
+                             f"{delay:.1f} s: {e}")
+            self.stop_event.wait(delay)
+            self.poll_delay = min(delay * 2, max(self.handler.max_delay_s, BACKOFF_START_S))
+            return []
+        self.poll_delay = BACKOFF_START_S
+        return records
+
+    def take_requested(self) -> bool:
+        """Whether the task asked (request_offset_commit) for its offsets stored now; the offsets it gave
+        become pending, after those of the records it returned."""
+        context = self.context
+        if not context.commit_requested:
+            return False
+        context.commit_requested = False
+        requested, context.requested_offsets = context.requested_offsets, []
+        for partition, offset in requested:
+            self.pending[storage.partition_key(self.v.name, partition)] = offset
+        return True
 
     def send_in_transaction(self, records: list[ConnectRecord]) -> None:
         if records:

@@ -158,7 +158,12 @@ class PostgresTask(SourceTask):
         self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
         self.reconnects, self.reconnect_at = 0, 0.0
         self._signals_setup()
-        self._connect()
+        self.connected = False  # once: the first connection made (what a failure to connect again is called)
+        try:
+            self._connect()
+            self.connected = True
+        except RetriableError as e:  # the server is not up yet: as Debezium's BaseSourceTask.start, tried
+            self._lose(e)  # again by poll() after retriable.restart.connector.wait.ms, within errors.max.retries
 
     # -- connections -----------------------------------------------------------------------------
     def _dsn(self) -> dict[str, Any]:
@@ -207,10 +212,14 @@ class PostgresTask(SourceTask):
             self.repl = None if self.initial_only else psycopg2.connect(
                 **self._dsn(), connection_factory=psycopg2.extras.LogicalReplicationConnection)
         except psycopg2.OperationalError as e:
-            raise RetriableError(f"cannot connect to PostgreSQL: {str(e).strip()}") from None
+            self._close_connections()
+            if _connection_lost(e, connecting=True):  # not up yet, not reachable: connected again later
+                raise RetriableError(f"cannot connect to PostgreSQL: {_first_line(e)}") from None
+            # the server refused: a wrong password, a missing database or role, no permission
+            raise ConnectError(f"cannot connect to PostgreSQL: {_first_line(e)}") from None
         self.dbname = self.c["database.dbname"]
-        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and
-                                                   not self.stored.get("last_snapshot_record"))
+        snapshot_done = bool(self.stored) and not (self.stored.get("snapshot") and not self.stored.get(
+            "last_snapshot_record") and str(self.stored.get("snapshot_completed")).lower() != "true")
         if self.initial_only:  # (nor a publication: Debezium's replication connection makes it)
             with self.conn.cursor() as q:
                 q.execute("SELECT pg_current_wal_lsn()::text")
@@ -556,8 +565,18 @@ class PostgresTask(SourceTask):
                     first_of_table = False
             if pending is not None:
                 record = _snapshot_marked(*pending, last_of_table=True, last=True)
-                record.source_offset = {**record.source_offset, "last_snapshot_record": True}
+                # Debezium's last snapshot record: last_snapshot_record and snapshot_completed (preSnapshotCompletion)
+                record.source_offset = {**record.source_offset, "last_snapshot_record": True,
+                                        "snapshot_completed": True}
                 yield record
+                self.context.request_offset_commit()  # stored now: a kill from here on does not snapshot again
+            else:
+                # no row to carry the snapshot's end: the offset of a completed snapshot (Debezium's after its
+                # postSnapshotCompletion: the snapshot's LSN, no snapshot keys), stored now as one of its own
+                completed = {"lsn": self.slot_lsn, "lsn_safe": self.slot_lsn, "ts_usec": ts_ms * 1000,
+                             **({"txId": tx_id} if tx_id is not None else {})}
+                self.context.request_offset_commit(self.partition, completed)
+                self.returned = completed  # (a reconnect goes on from it, as from a record's)
             snap.commit()
         finally:
             snap.close()
@@ -966,10 +985,11 @@ class PostgresTask(SourceTask):
         return out
 
     def _lose(self, error: BaseException) -> None:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         wait = self.c["retriable.restart.connector.wait.ms"]
-        self.context.warn(f"connector '{self.context.connector_name}': the connection to PostgreSQL was lost "
-                          f"({first_line}); connecting again in {wait} ms (retriable.restart.connector.wait.ms)")
+        what = (_first_line(error) if isinstance(error, RetriableError) else
+                f"the connection to PostgreSQL was lost ({_first_line(error)})")
+        self.context.warn(f"connector '{self.context.connector_name}': {what}; connecting again in {wait} ms "
+                          "(retriable.restart.connector.wait.ms)")
         self.lost, self.reconnect_at = error, time.monotonic() + wait / 1000
         self._close_connections()
 
@@ -979,8 +999,11 @@ class PostgresTask(SourceTask):
             return
         limit = self.c["errors.max.retries"]
         if 0 <= limit <= self.reconnects:
+            if not self.connected:  # (the first start's: "cannot connect to PostgreSQL: ...")
+                raise ConnectError(f"{_first_line(self.lost)} ({self.reconnects} attempts to connect again failed, "
+                                   f"errors.max.retries={limit})")
             raise ConnectError(f"the connection to PostgreSQL was lost and {self.reconnects} attempts to connect "
-                               f"again failed (errors.max.retries={limit}): {str(self.lost).strip()}")
+                               f"again failed (errors.max.retries={limit}): {_first_line(self.lost)}")
         self.reconnects += 1
         if self.returned is not None:
             self.stored = self.returned  # what was handed over is delivered: skipped when streamed again
@@ -995,7 +1018,9 @@ class PostgresTask(SourceTask):
             self._lose(e)
             return
         self.lost, self.reconnects = None, 0
-        self.context.warn(f"connector '{self.context.connector_name}': connected to PostgreSQL again")
+        self.context.warn(f"connector '{self.context.connector_name}': connected to PostgreSQL"
+                          + (" again" if self.connected else ""))
+        self.connected = True
 
     def _poll(self) -> list[ConnectRecord]:
         if self.snapshot_rows is not None:
@@ -1008,10 +1033,11 @@ class PostgresTask(SourceTask):
                         tc.commit_transaction(out[-1])
                     return out
             self.snapshot_rows = None
-            if out:
-                if tc is not None:
-                    tc.commit_transaction(out[-1])
-                return out
+            if out and tc is not None:
+                tc.commit_transaction(out[-1])
+            # the snapshot's end: its offsets are stored after this poll's records (request_offset_commit), so
+            # no streamed record comes in this poll
+            return out
         if self.initial_only:
             time.sleep(0.1)
             return []
@@ -1072,7 +1098,7 @@ class PostgresTask(SourceTask):
         """The offset of a record that is not a change (a heartbeat, a transaction's BEGIN or END): the last
         change's, with the LSN up to which every transaction was handed over."""
         base = self.last_offset or self.stored
-        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record")}
+        offset = {k: v for k, v in base.items() if k not in ("snapshot", "last_snapshot_record", "snapshot_completed")}
         offset["lsn_safe"] = self.lsn_safe
         return offset
 
@@ -1308,21 +1334,54 @@ def _close(conn) -> None:  # noqa: ANN001 - a psycopg2 connection or None
             pass
 
 
-def _connection_lost(error: BaseException) -> bool:
+def _connection_lost(error: BaseException, connecting: bool = False) -> bool:
     """A failure of the connection, not of what it was asked (Debezium's PostgresErrorHandler retries these):
     psycopg2's closed connection, one the server or the network broke (no SQLSTATE: a replication stream the
     server ended after wal_sender_timeout without a reply, a paused connector's), or SQLSTATE class 08
-    (connection exception) and 57P01-57P03 (the server shutting down, crashed, or not accepting yet)."""
+    (connection exception), 57P01-57P03 (the server shutting down, crashed, or not accepting yet) and 53300
+    (too many connections).
+
+    `connecting`: an error of psycopg2.connect(), which has no SQLSTATE (libpq keeps the server's to itself):
+    it is read off the message (_startup_sqlstate); a server that refused the login (a wrong password, a
+    missing database or role, no permission) is no lost connection."""
     import psycopg2
 
     if isinstance(error, psycopg2.InterfaceError):
         return True
     if not isinstance(error, psycopg2.DatabaseError):
         return False
-    code = error.pgcode or ""
+    code = error.pgcode or (_startup_sqlstate(str(error)) if connecting else "") or ""
     if not code:  # libpq's own: an OperationalError, or the bare DatabaseError a dead replication stream gives
         return isinstance(error, psycopg2.OperationalError) or type(error) is psycopg2.DatabaseError
-    return code.startswith("08") or code in ("57P01", "57P02", "57P03")
+    return code.startswith("08") or code in ("57P01", "57P02", "57P03", "53300")
+
+
+# the server's answers to a login that mean "not now" (PostgreSQL's postmaster.c and proc.c), by SQLSTATE
+_NOT_NOW = (("the database system is starting up", "57P03"), ("the database system is shutting down", "57P03"),
+            ("the database system is in recovery mode", "57P03"), ("the database system is not yet accepting", "57P03"),
+            ("the database system is not accepting connections", "57P03"), ("too many clients already", "53300"),
+            ("connection slots are reserved", "53300"), ("terminating connection due to", "57P01"))
+
+
+def _startup_sqlstate(message: str) -> str | None:
+    """The SQLSTATE of a failed login, from libpq's message (`connection to server at ... failed: FATAL:  ...`):
+    none when libpq failed by itself (refused, timed out, an unknown host: the server not reachable); a
+    not-now state by its text (above); any other error the server sent, "28000" (it refused the login)."""
+    text = message.strip()
+    head, sep, tail = text.partition(" failed: ")
+    said = tail if sep and head.startswith("connection to server") else text
+    severity, colon, what = said.partition(":  ")  # the server's error: its severity, two spaces, its message
+    if not colon or not severity.isupper() or " " in severity.strip():
+        return None
+    for words, code in _NOT_NOW:
+        if words in what:
+            return code
+    return "28000"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _key_id(info: dict, row: dict) -> str:
