@@ -125,7 +125,8 @@ def _open_store(opts: ReadOptions | WriteOptions) -> AnyStore:
 def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
     r = partition.range
     if dict(opts.kafka).get("bootstrap.servers"):
-        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end, arrow_schema())
+        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end,
+                                     arrow_schema(opts.include_headers), opts.fail_on_data_loss)
         return
     yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
                           arrow_schema(opts.include_headers), opts.isolation_level == "read_committed")
@@ -158,7 +159,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan.checked_partitions(store, opts)  # fail now for an unknown topic or partition
 
     def initialOffset(self) -> dict:
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
                                   self.opts.fail_on_data_loss, "startingOffsets",
@@ -166,7 +168,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             return {tp: plan.end_offset(store.partition(*tp), self.opts)
                     for tp in plan.topic_partitions(store, self.opts)}
 
@@ -194,7 +197,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begun = plan.from_stream_offsets(start)
         ranges = []
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             for tp, stop in plan.from_stream_offsets(end).items():
                 # a partition or topic that appeared since the last batch starts at its beginning (as in Spark)
                 first = begun[tp] if tp in begun else store.partition(*tp).log_start_offset()
