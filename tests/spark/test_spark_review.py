@@ -7,6 +7,7 @@ compared with what klog's own consumer returns.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -143,3 +144,20 @@ def test_cluster_stream_fails_on_data_loss_when_retention_passed_it(spark, kafka
         got = sorted(r.value.decode() for r in store.consumer("out-lenient"))
         assert sorted(r.value.decode() for r in store.consumer("out-strict")) == [f"r{i}" for i in range(10)]
     assert got == sorted(f"r{i}" for i in list(range(10)) + list(range(15, 20)))
+
+
+def test_single_timestamp_wins_over_per_partition_timestamps(spark, store, data_dir) -> None:
+    """startingTimestamp with startingOffsetsByTimestamp (and the ending pair): Spark's Kafka source takes
+    the single time ("startingTimestamp takes precedence over startingOffsetsByTimestamp"); klog refused
+    the pair."""
+    from tests.spark.test_spark_source import T0, read_rows
+
+    fill(store, "orders", partitions=2, per_partition=20)
+    def each(ms: int) -> str:
+        return json.dumps({"orders": {"0": ms, "1": ms}})
+
+    got = read_rows(spark, subscribe="orders", dataDir=data_dir, startingTimestamp=str(T0 + 5000),
+                    startingOffsetsByTimestamp=each(T0), endingTimestamp=str(T0 + 15000),
+                    endingOffsetsByTimestamp=each(T0 + 19000))
+    assert got == [r for r in consumed(store, "orders") if T0 + 5000 <= r[3] < T0 + 15000]
+    assert {r[2] for r in got} == set(range(5, 15))
