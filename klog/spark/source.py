@@ -188,8 +188,18 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begun = plan.from_stream_offsets(start)
         latest = {tp: max(hw, begun.get(tp, 0)) for tp, hw in latest.items()}
         if isinstance(limit, ReadMaxRows):
-            latest = _limit_rows(begun, latest, limit.max_rows)
+            new = self._log_starts(tp for tp in latest if tp not in begun)
+            latest = _limit_rows(begun, latest, limit.max_rows, new)
         return plan.stream_offsets(latest)
+
+    def _log_starts(self, tps) -> dict[plan.TopicPartition, int]:  # noqa: ANN001 - iterable of partitions
+        """Where partitions that appeared since the last batch start (partitions() reads them from there)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
+            return {tp: store.partition(*tp).log_start_offset() for tp in tps}
 
     def reportLatestOffset(self) -> dict:
         return plan.stream_offsets(self._high_watermarks())
@@ -213,10 +223,13 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _limit_rows(start: dict[plan.TopicPartition, int], latest: dict[plan.TopicPartition, int],
-                rows_max: int) -> dict[plan.TopicPartition, int]:
+                rows_max: int, new_start: dict[plan.TopicPartition, int] | None = None,
+                ) -> dict[plan.TopicPartition, int]:
     """maxOffsetsPerTrigger as Spark's Kafka source splits it (KafkaMicroBatchStream.rateLimit): each
-    partition gets limit * its backlog / the total backlog, rounded down (up when below 1)."""
-    out = {tp: start.get(tp, hw) for tp, hw in latest.items()}  # a new partition is not limited
+    partition gets limit * its backlog / the total backlog, rounded down (up when below 1). A partition
+    that appeared since the last batch counts its backlog from its log start (`new_start`), as in Spark."""
+    new_start = new_start or {}
+    out = {tp: start.get(tp, new_start.get(tp, hw)) for tp, hw in latest.items()}
     backlog = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
     total = sum(backlog.values())
     if total <= rows_max:

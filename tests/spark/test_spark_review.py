@@ -161,3 +161,29 @@ def test_single_timestamp_wins_over_per_partition_timestamps(spark, store, data_
                     endingOffsetsByTimestamp=each(T0 + 19000))
     assert got == [r for r in consumed(store, "orders") if T0 + 5000 <= r[3] < T0 + 15000]
     assert {r[2] for r in got} == set(range(5, 15))
+
+
+def test_max_offsets_per_trigger_limits_a_partition_added_mid_stream(spark, store, data_dir) -> None:
+    """maxOffsetsPerTrigger bounds every micro-batch, also the one after partitions were added: a new
+    partition's backlog counts from its log start, as in Spark's Kafka source (klog read it whole in one
+    batch, however big)."""
+    store.create_topic("grow", partitions=1)
+    with store.producer() as producer:
+        for i in range(5):
+            producer.send("grow", f"a{i}".encode(), partition=0)
+    df = (spark.readStream.format("klog").option("subscribe", "grow").option("dataDir", data_dir)
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10").load().select("value"))
+    query = df.writeStream.format("memory").queryName("grow_rows").start()
+    try:
+        query.processAllAvailable()
+        store.alter_topic("grow", partitions=2)
+        with store.producer() as producer:
+            for i in range(30):
+                producer.send("grow", f"b{i}".encode(), partition=1)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    got = sorted(bytes(r.value).decode() for r in spark.sql("SELECT value FROM grow_rows").collect())
+    assert got == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(30)])
+    assert max(sizes) <= 10, sizes
