@@ -84,18 +84,29 @@ def open_options_store(opts: ReadOptions | WriteOptions) -> AnyStore:
 
 
 def read_range_remote(kafka: tuple, topic: str, partition: int, start: int, end: int,
-                      schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                      schema: pa.Schema, fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """Records with offsets in [start, end) of a cluster's partition, fetched over the Kafka protocol
-    by this executor, as Arrow batches (one per fetch)."""
-    from klog.client.consumer import StartKind, StartSpec
+    by this executor, as Arrow batches (one per fetch). A start the cluster's log start has passed
+    (retention or deleted records since the plan) is an error with failOnDataLoss, as in read_range:
+    the consumer would otherwise skip to the log start without a word."""
     from klog.client.remote.store import RemoteStore
     from klog.client.remote.target import ClusterTarget, check_bootstrap
 
     props = dict(kafka)
     target = ClusterTarget(check_bootstrap(props.pop("bootstrap.servers")), props)
+    with RemoteStore(target) as store:
+        start = _checked_start(store.partition(topic, partition), start, fail_on_data_loss)
+        if start >= end:
+            return
+        yield from _fetch_range(store, target, topic, partition, start, end, schema)
+
+
+def _fetch_range(store, target, topic: str, partition: int, start: int, end: int,  # noqa: ANN001
+                 schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    from klog.client.consumer import StartKind, StartSpec
+
     start_at = StartSpec(StartKind.OFFSET, start)
-    with RemoteStore(target) as store, store.consumer(topic, partitions=[partition], start=start_at,
-                                                      merge=False) as consumer:
+    with store.consumer(topic, partitions=[partition], start=start_at, merge=False) as consumer:
         cursor = consumer.cursors[0]
         cursor.stop = min(end, cursor.stop if cursor.stop is not None else end)
         quiet_since = time.monotonic()

@@ -275,8 +275,10 @@ def _parse_offsets(text: str, name: str) -> OffsetsSpec:
 
 
 def _parse_time(opts: dict[str, str], single: str, per_partition: str) -> int | dict[str, dict[int, int]] | None:
+    # both given: the single time wins, as in Spark's Kafka source ("startingTimestamp takes precedence
+    # over startingOffsetsByTimestamp and startingOffsets"); the per-partition JSON is still checked
     if single in opts and per_partition in opts:
-        raise UsageError(f"use {single} or {per_partition}, not both")
+        _parse_time({per_partition: opts[per_partition]}, single, per_partition)
     if single in opts:
         try:
             value = int(opts[single])

@@ -125,7 +125,8 @@ def _open_store(opts: ReadOptions | WriteOptions) -> AnyStore:
 def _read(opts: ReadOptions, partition: RangePartition) -> Iterator:
     r = partition.range
     if dict(opts.kafka).get("bootstrap.servers"):
-        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end, arrow_schema())
+        yield from read_range_remote(opts.kafka, r.topic, r.partition, r.start, r.end,
+                                     arrow_schema(opts.include_headers), opts.fail_on_data_loss)
         return
     yield from read_range(opts.data_dir, r.topic, r.partition, r.start, r.end, opts.fail_on_data_loss,
                           arrow_schema(opts.include_headers), opts.isolation_level == "read_committed")
@@ -158,7 +159,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan.checked_partitions(store, opts)  # fail now for an unknown topic or partition
 
     def initialOffset(self) -> dict:
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             return plan.stream_offsets({
                 tp: plan.position(store, tp, self.opts.starting, self.opts.starting_ms, plan.LATEST,
                                   self.opts.fail_on_data_loss, "startingOffsets",
@@ -166,7 +168,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for tp in plan.topic_partitions(store, self.opts)})
 
     def _high_watermarks(self) -> dict[plan.TopicPartition, int]:
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             return {tp: plan.end_offset(store.partition(*tp), self.opts)
                     for tp in plan.topic_partitions(store, self.opts)}
 
@@ -185,8 +188,18 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begun = plan.from_stream_offsets(start)
         latest = {tp: max(hw, begun.get(tp, 0)) for tp, hw in latest.items()}
         if isinstance(limit, ReadMaxRows):
-            latest = _limit_rows(begun, latest, limit.max_rows)
+            new = self._log_starts(tp for tp in latest if tp not in begun)
+            latest = _limit_rows(begun, latest, limit.max_rows, new)
         return plan.stream_offsets(latest)
+
+    def _log_starts(self, tps) -> dict[plan.TopicPartition, int]:  # noqa: ANN001 - iterable of partitions
+        """Where partitions that appeared since the last batch start (partitions() reads them from there)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
+            return {tp: store.partition(*tp).log_start_offset() for tp in tps}
 
     def reportLatestOffset(self) -> dict:
         return plan.stream_offsets(self._high_watermarks())
@@ -194,7 +207,8 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         begun = plan.from_stream_offsets(start)
         ranges = []
-        with _open_store(self.opts) as store:
+        with _open_store(self.opts) as opened:
+            store = plan.planning_view(opened)
             for tp, stop in plan.from_stream_offsets(end).items():
                 # a partition or topic that appeared since the last batch starts at its beginning (as in Spark)
                 first = begun[tp] if tp in begun else store.partition(*tp).log_start_offset()
@@ -209,10 +223,13 @@ class KlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _limit_rows(start: dict[plan.TopicPartition, int], latest: dict[plan.TopicPartition, int],
-                rows_max: int) -> dict[plan.TopicPartition, int]:
+                rows_max: int, new_start: dict[plan.TopicPartition, int] | None = None,
+                ) -> dict[plan.TopicPartition, int]:
     """maxOffsetsPerTrigger as Spark's Kafka source splits it (KafkaMicroBatchStream.rateLimit): each
-    partition gets limit * its backlog / the total backlog, rounded down (up when below 1)."""
-    out = {tp: start.get(tp, hw) for tp, hw in latest.items()}  # a new partition is not limited
+    partition gets limit * its backlog / the total backlog, rounded down (up when below 1). A partition
+    that appeared since the last batch counts its backlog from its log start (`new_start`), as in Spark."""
+    new_start = new_start or {}
+    out = {tp: start.get(tp, new_start.get(tp, hw)) for tp, hw in latest.items()}
     backlog = {tp: hw - out[tp] for tp, hw in latest.items() if hw > out[tp]}
     total = sum(backlog.values())
     if total <= rows_max:
