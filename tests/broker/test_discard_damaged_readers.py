@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import time
 
 import pytest
 
@@ -19,18 +18,12 @@ from klog.broker.verify import discard_damaged
 from klog.store.format import partition_dir_name
 from klog.store.log import PartitionLog
 from klog.store.reader import PartitionReader
+from tests.segment_files import batch_positions, poll_to_end
 
 BATCHES, SIZE = 4, 10  # offsets 0..39, a batch of ten records each
 
 
-def _batch_starts(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        data = f.read()
-    out, at = [], 0
-    while at < len(data):
-        out.append(at)
-        at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
-    return out
+_batch_starts = batch_positions
 
 
 def _flip(path: str, at: int) -> None:
@@ -98,20 +91,7 @@ def test_kafka_clients_fetch_across_the_discarded_offsets_through_serve(kafka_se
         consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": f"g{start}",
                                 "enable.partition.eof": True, "enable.auto.commit": False})
         consumer.assign([ck.TopicPartition("t", 0, start)])
-        got = []
-        deadline = time.monotonic() + 20
-        try:
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == ck.KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                got.append(msg.offset())
-        finally:
-            consumer.close()
+        got = [offset for offset, _, _ in poll_to_end(consumer)]
         assert got == [o for o in want if o >= start], start
     kafka = (("bootstrap.servers", kafka_server.bootstrap),)
     for start, end in ((0, 40), (5, 15), (12, 18), (35, 40)):  # Spark's ranges, some ending in the gap

@@ -12,16 +12,9 @@ import os
 import pytest
 
 from klog.broker.verify import discard_damaged
+from tests.segment_files import batch_positions
 
-
-def _batch_starts(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        data = f.read()
-    out, at = [], 0
-    while at < len(data):
-        out.append(at)
-        at += 12 + int.from_bytes(data[at + 8:at + 12], "big")
-    return out
+_batch_starts = batch_positions
 
 
 @pytest.mark.slow

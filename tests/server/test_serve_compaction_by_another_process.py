@@ -19,7 +19,7 @@ from klog.store.txn import INLINE_FOLDER_LOOK_S, StableView
 from tests.broker.test_compaction import clock_at
 from tests.broker.test_compaction_gaps_review import COMPACTED
 from tests.klog_processes import run_klog
-from tests.segment_files import leader_headers, write_keys
+from tests.segment_files import leader_headers, poll_to_end, write_keys
 from tests.serve_helpers import RawClient
 from tests.server.test_serve_loop_fetch import _fetch
 
@@ -54,21 +54,7 @@ def _read_committed(bootstrap: str) -> dict[bytes, bytes]:
                             "isolation.level": "read_committed", "enable.partition.eof": True,
                             "enable.auto.commit": False})
     consumer.assign([ck.TopicPartition("t", 0, 0)])
-    got: dict[bytes, bytes] = {}
-    deadline = time.monotonic() + 20
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == ck.KafkaError._PARTITION_EOF:
-                    break
-                continue
-            got[msg.key()] = msg.value()
-    finally:
-        consumer.close()
-    return got
+    return {key: value for _, key, value in poll_to_end(consumer)}
 
 
 @pytest.mark.slow
