@@ -927,14 +927,23 @@ class PostgresTask(SourceTask):
             if not self.incremental["tables"]:
                 self.incremental = None
             self.window = None
-            self.snapshot_rows = self._window_rows(window, self._signal_offset())
+            self.snapshot_rows = self._window_rows(window, self._signal_offset(), state)
 
-    def _window_rows(self, window: dict, offset: dict) -> Iterator[ConnectRecord]:
-        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read."""
+    def _window_rows(self, window: dict, offset: dict, before: dict) -> Iterator[ConnectRecord]:
+        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read. Each row but
+        the last keeps in its offset the snapshot's progress `before` the window: a restart after some of
+        them reads the chunk again (rows sent twice, none lost); the last one's moves on past the chunk."""
         info = window["info"]
-        for row in window["buffer"].values():
+        rows = list(window["buffer"].values())
+        for n, row in enumerate(rows, 1):
             source = self._source(info, time.time_ns() // 1000, "incremental", offset["txId"], offset["lsn"])
-            yield self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+            record = self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+            progress = self.incremental if n == len(rows) else before
+            if progress is None:
+                record.source_offset.pop("incremental_snapshot", None)
+            else:
+                record.source_offset["incremental_snapshot"] = progress
+            yield record
         if self.incremental is not None:
             self._next_chunk()
         else:
