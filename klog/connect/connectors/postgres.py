@@ -93,6 +93,7 @@ HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string",
                         name="io.debezium.connector.common.ServerNameKey", version=1)
 HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", optional=False))], optional=False,
                           name="io.debezium.connector.common.Heartbeat", version=1)
+SLOT_BUSY_S = 60  # Debezium's slot.max.retries x slot.retry.delay.ms: how long a slot in use is waited for
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
     "heartbeat.action.query",
@@ -108,6 +109,8 @@ def _pattern_list(values: list[str]) -> list[re.Pattern]:
 
 
 class PostgresTask(SourceTask):
+    slot_busy_since: float | None = None  # when START_REPLICATION first found the slot held by another walsender
+
     def start(self, props: dict[str, str]) -> None:
         c = PostgresConnector.config_def.parse(props)
         self.c, self.props = c, props
@@ -1025,10 +1028,33 @@ class PostgresTask(SourceTask):
             time.sleep(0.1)
             return []
         if not self.stream_started:
-            self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
-                                       options=self._stream_options())
-            self.stream_started = True
+            import psycopg2.errors
+
+            try:
+                self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
+                                           options=self._stream_options())
+            except psycopg2.errors.ObjectInUse as e:
+                return self._slot_busy(e)
+            self.stream_started, self.slot_busy_since = True, None
         return self._heartbeat(self._stream())
+
+    def _slot_busy(self, error: BaseException) -> list[ConnectRecord]:
+        """START_REPLICATION found the slot active for another walsender (55006): most often the one of the
+        connection just lost, which a loaded server has not ended yet. Asked again after a second, for up to
+        SLOT_BUSY_S, as Debezium's startStreaming retries (slot.max.retries=6 x slot.retry.delay.ms=10000);
+        then the task fails naming the slot."""
+        now = time.monotonic()
+        since = self.slot_busy_since = self.slot_busy_since or now
+        first_line = str(error).strip().splitlines()[0]
+        slot = self.c["slot.name"]
+        if now - since >= SLOT_BUSY_S:
+            raise ConnectError(f"replication slot '{slot}' is still in use by another connection after "
+                               f"{SLOT_BUSY_S} s ({first_line}): is another connector reading it? (slot.name)")
+        self.context.warn(f"connector '{self.context.connector_name}': replication slot '{slot}' is in use "
+                          f"({first_line}); asked again in 1 s")
+        self.lost, self.reconnect_at = error, now + 1
+        self._close_connections()
+        return []
 
     def _logical_message(self, message: pgoutput.Message) -> list[ConnectRecord]:
         """A logical decoding message as Debezium's LogicalDecodingMessageMonitor: on <topic.prefix>.message,
