@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from klog.connect.connectors.postgres import PostgresTask
-from tests.connect.helpers import running, wait_for
+from tests.connect.helpers import records, running, wait_for
 from tests.connect.test_connect_signals import _compacted, _config, _ops, _setup, _signal, _slot_made
 
 
@@ -39,3 +39,40 @@ def test_a_worker_stopped_in_the_middle_of_a_windows_rows_loses_none_of_them(pg_
     assert {i for i, _, _ in _ops(data_dir, "shop.public.extra")} == {1, 2, 3, 4, 5}
     assert _compacted(data_dir, "shop.public.extra") == {i: {"id": i, "name": n} for i, n in
                                                          zip(range(1, 6), "abcde", strict=True)}
+
+
+@pytest.mark.slow
+def test_malformed_signals_are_each_one_warning_and_the_connector_goes_on(pg_db, data_dir, monkeypatch):
+    """A stop-snapshot whose data-collections is not a regular expression raised re.error out of the task
+    (FAILED); now each malformed signal is one warning naming it, and the snapshot and streaming go on. Two
+    signals in one transaction are each acted on."""
+    _setup(pg_db)
+    original, calls = PostgresTask._next_chunk, []
+
+    def first_chunk_only(self):  # noqa: ANN001, ANN202 - the snapshot stays running, after its first chunk
+        calls.append(True)
+        if len(calls) == 1:
+            original(self)
+
+    monkeypatch.setattr(PostgresTask, "_next_chunk", first_chunk_only)
+    warnings: list[str] = []
+    config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
+                                                            "incremental.snapshot.chunk.size": "2"})
+    with running(data_dir, config, warnings=warnings) as w:
+        _slot_made(pg_db)
+        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+        wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+        _signal(pg_db, "bad1", {"data-collections": ["public.("]}, kind="stop-snapshot")
+        _signal(pg_db, "bad2", {"data-collections": "public.extra"}, kind="stop-snapshot")
+        pg_db.execute("INSERT INTO debezium_signal VALUES ('bad3', 'execute-snapshot', '{not json')")
+        pg_db.execute("BEGIN; INSERT INTO debezium_signal VALUES ('l1', 'log', '{\"message\": \"one\"}'); "
+                      "INSERT INTO debezium_signal VALUES ('l2', 'log', '{\"message\": \"two\"}'); COMMIT")
+        pg_db.execute("INSERT INTO items VALUES (3, 'three')")
+        wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the signals")
+        assert w.describe_status("pg")["tasks"][0]["state"] == "RUNNING"
+    for signal_id, what in (("bad1", "not a regular expression"), ("bad2", "data-collections is a list"),
+                            ("bad3", "its data is not JSON")):
+        named = [m for m in warnings if f"signal {signal_id!r}" in m]
+        assert len(named) == 1 and what in named[0], (signal_id, named)
+    assert any("'l1' (log): one" in m for m in warnings) and any("'l2' (log): two" in m for m in warnings)
+    assert not any("incremental snapshot stopped" in m for m in warnings)

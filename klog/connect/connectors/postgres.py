@@ -812,11 +812,11 @@ class PostgresTask(SourceTask):
         state = self.incremental
         if state is None:
             return
-        names = data.get("data-collections") if isinstance(data, dict) else None
-        if not names:
+        patterns = signals.stop_snapshot(signal_id, data)  # (a SignalError: named in a warning, ignored)
+        names = [p.pattern for p in patterns or []]
+        if patterns is None:
             self.incremental, self.window = None, None
         else:
-            patterns = [java_regex(n) for n in names if isinstance(n, str)]
             kept = [t for t in state["tables"] if not any(p.fullmatch(f"{t[0]}.{t[1]}") for p in patterns)]
             if kept and kept[0] == state["tables"][0]:
                 self.incremental = {**state, "tables": kept}
