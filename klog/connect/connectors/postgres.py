@@ -870,11 +870,21 @@ class PostgresTask(SourceTask):
                             self.incremental = {**state, "tables": state["tables"][1:], "last_key": None}
                             continue
                         state = self.incremental = {**state, "max_key": list(top)}
-                    marks = ", ".join(["%s"] * len(keys))
-                    conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
-                    if state["last_key"] is not None:
-                        conditions.append(f"({columns}) > ({marks})")
-                        params += state["last_key"]
+                    q.execute("SELECT bool_or(NOT attnotnull) FROM pg_attribute WHERE attrelid = %s::regclass "
+                              "AND attname = ANY(%s)", (name, list(keys)))
+                    if q.fetchone()[0]:  # a nullable key (message.key.columns): NULL-safe bounds
+                        above_max, params = _key_after(keys, state["max_key"])
+                        conditions = [f"NOT {above_max}"]
+                        if state["last_key"] is not None:
+                            above_last, more = _key_after(keys, state["last_key"])
+                            conditions.append(above_last)
+                            params += more
+                    else:
+                        marks = ", ".join(["%s"] * len(keys))
+                        conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
+                        if state["last_key"] is not None:
+                            conditions.append(f"({columns}) > ({marks})")
+                            params += state["last_key"]
                     if condition:
                         conditions.append(f"({condition})")
                     size = self.c["incremental.snapshot.chunk.size"]
@@ -1358,6 +1368,24 @@ def _connection_lost(error: BaseException) -> bool:
     if not code:  # libpq's own: an OperationalError, or the bare DatabaseError a dead replication stream gives
         return isinstance(error, psycopg2.OperationalError) or type(error) is psycopg2.DatabaseError
     return code.startswith("08") or code in ("57P01", "57P02", "57P03")
+
+
+def _key_after(keys: list[str], values: list) -> tuple[str, list]:
+    """SQL true where a row's key sorts after `values` in ORDER BY keys (ascending, NULLS LAST: PostgreSQL's
+    default), a NULL the greatest of its column; a row comparison, (a, b) > (x, y), is NULL where a NULL is
+    met and would leave such rows out of every chunk."""
+    terms, params = [], []
+    for i, key in enumerate(keys):
+        if values[i] is None:
+            continue  # nothing sorts after a NULL in this column
+        same = []
+        for k, v in zip(keys[:i], values[:i], strict=True):
+            same.append(f"{_ident(k)} IS NULL" if v is None else f"{_ident(k)} = %s")
+            params += [] if v is None else [v]
+        same.append(f"({_ident(key)} > %s OR {_ident(key)} IS NULL)")
+        params.append(values[i])
+        terms.append("(" + " AND ".join(same) + ")")
+    return ("(" + " OR ".join(terms) + ")" if terms else "FALSE"), params
 
 
 def _key_id(info: dict, row: dict) -> str:
