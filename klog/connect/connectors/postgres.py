@@ -1198,6 +1198,11 @@ class PostgresTask(SourceTask):
                       "event": self.event, "lsn_safe": self.lsn_safe}
             ts_ms = tx.commit_ts_us // 1000
             if type(message) is pgoutput.Truncate:
+                window = self.window
+                if window is not None and window["open"] and any(
+                        (i["rel"].schema, i["rel"].table) == window["table"]
+                        for i in map(self.relations.get, message.relation_oids) if i is not None):
+                    window["buffer"].clear()  # the chunk read before it: none of its rows is there any more
                 if "t" in self.skipped:
                     return []
                 out = []
