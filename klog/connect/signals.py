@@ -111,3 +111,19 @@ def execute_snapshot(signal_id: str, data: object) -> SnapshotSignal:
                               '{"data-collection": ..., "filter": ...}')
         conditions[entry["data-collection"].strip()] = entry["filter"]
     return SnapshotSignal(signal_id, patterns, kind, conditions, [c.strip() for c in collections])
+
+
+def stop_snapshot(signal_id: str, data: object) -> list[re.Pattern] | None:
+    """A stop-snapshot signal's data-collections as patterns (None: all of the snapshot is stopped). A value
+    that is not a list of regular expressions raises SignalError naming it: the signal is ignored, the
+    connector goes on."""
+    names = data.get("data-collections") if isinstance(data, dict) else None
+    if not names:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise SignalError(f"stop-snapshot signal {signal_id!r}: data-collections is a list of table names")
+    try:
+        return [java_regex(n.strip()) for n in names]
+    except re.error as e:
+        raise SignalError(f"stop-snapshot signal {signal_id!r}: a data-collection is not a regular expression: "
+                          f"{e}; the signal is ignored") from None

@@ -93,6 +93,7 @@ HEARTBEAT_KEY = kschema("struct", fields=[_field("serverName", kschema("string",
                         name="io.debezium.connector.common.ServerNameKey", version=1)
 HEARTBEAT_VALUE = kschema("struct", fields=[_field("ts_ms", kschema("int64", optional=False))], optional=False,
                           name="io.debezium.connector.common.Heartbeat", version=1)
+SLOT_BUSY_S = 60  # Debezium's slot.max.retries x slot.retry.delay.ms: how long a slot in use is waited for
 SNAPSHOT_MODES = ("initial", "always", "never", "no_data", "initial_only", "when_needed")
 UNIMPLEMENTED = frozenset({
     "heartbeat.action.query",
@@ -108,6 +109,8 @@ def _pattern_list(values: list[str]) -> list[re.Pattern]:
 
 
 class PostgresTask(SourceTask):
+    slot_busy_since: float | None = None  # when START_REPLICATION first found the slot held by another walsender
+
     def start(self, props: dict[str, str]) -> None:
         c = PostgresConnector.config_def.parse(props)
         self.c, self.props = c, props
@@ -828,11 +831,11 @@ class PostgresTask(SourceTask):
         state = self.incremental
         if state is None:
             return
-        names = data.get("data-collections") if isinstance(data, dict) else None
-        if not names:
+        patterns = signals.stop_snapshot(signal_id, data)  # (a SignalError: named in a warning, ignored)
+        names = [p.pattern for p in patterns or []]
+        if patterns is None:
             self.incremental, self.window = None, None
         else:
-            patterns = [java_regex(n) for n in names if isinstance(n, str)]
             kept = [t for t in state["tables"] if not any(p.fullmatch(f"{t[0]}.{t[1]}") for p in patterns)]
             if kept and kept[0] == state["tables"][0]:
                 self.incremental = {**state, "tables": kept}
@@ -886,11 +889,21 @@ class PostgresTask(SourceTask):
                             self.incremental = {**state, "tables": state["tables"][1:], "last_key": None}
                             continue
                         state = self.incremental = {**state, "max_key": list(top)}
-                    marks = ", ".join(["%s"] * len(keys))
-                    conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
-                    if state["last_key"] is not None:
-                        conditions.append(f"({columns}) > ({marks})")
-                        params += state["last_key"]
+                    q.execute("SELECT bool_or(NOT attnotnull) FROM pg_attribute WHERE attrelid = %s::regclass "
+                              "AND attname = ANY(%s)", (name, list(keys)))
+                    if q.fetchone()[0]:  # a nullable key (message.key.columns): NULL-safe bounds
+                        above_max, params = _key_after(keys, state["max_key"])
+                        conditions = [f"NOT {above_max}"]
+                        if state["last_key"] is not None:
+                            above_last, more = _key_after(keys, state["last_key"])
+                            conditions.append(above_last)
+                            params += more
+                    else:
+                        marks = ", ".join(["%s"] * len(keys))
+                        conditions, params = [f"({columns}) <= ({marks})"], list(state["max_key"])
+                        if state["last_key"] is not None:
+                            conditions.append(f"({columns}) > ({marks})")
+                            params += state["last_key"]
                     if condition:
                         conditions.append(f"({condition})")
                     size = self.c["incremental.snapshot.chunk.size"]
@@ -946,14 +959,23 @@ class PostgresTask(SourceTask):
             if not self.incremental["tables"]:
                 self.incremental = None
             self.window = None
-            self.snapshot_rows = self._window_rows(window, self._signal_offset())
+            self.snapshot_rows = self._window_rows(window, self._signal_offset(), state)
 
-    def _window_rows(self, window: dict, offset: dict) -> Iterator[ConnectRecord]:
-        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read."""
+    def _window_rows(self, window: dict, offset: dict, before: dict) -> Iterator[ConnectRecord]:
+        """A closed window's rows (op r, source.snapshot incremental), then the next chunk read. Each row but
+        the last keeps in its offset the snapshot's progress `before` the window: a restart after some of
+        them reads the chunk again (rows sent twice, none lost); the last one's moves on past the chunk."""
         info = window["info"]
-        for row in window["buffer"].values():
+        rows = list(window["buffer"].values())
+        for n, row in enumerate(rows, 1):
             source = self._source(info, time.time_ns() // 1000, "incremental", offset["txId"], offset["lsn"])
-            yield self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+            record = self._event(info, "r", None, row, time.time_ns() // 1_000_000, source, dict(offset))[0]
+            progress = self.incremental if n == len(rows) else before
+            if progress is None:
+                record.source_offset.pop("incremental_snapshot", None)
+            else:
+                record.source_offset["incremental_snapshot"] = progress
+            yield record
         if self.incremental is not None:
             self._next_chunk()
         else:
@@ -1042,10 +1064,33 @@ class PostgresTask(SourceTask):
             time.sleep(0.1)
             return []
         if not self.stream_started:
-            self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
-                                       options=self._stream_options())
-            self.stream_started = True
+            import psycopg2.errors
+
+            try:
+                self.cur.start_replication(slot_name=self.c["slot.name"], decode=False, status_interval=10,
+                                           options=self._stream_options())
+            except psycopg2.errors.ObjectInUse as e:
+                return self._slot_busy(e)
+            self.stream_started, self.slot_busy_since = True, None
         return self._heartbeat(self._stream())
+
+    def _slot_busy(self, error: BaseException) -> list[ConnectRecord]:
+        """START_REPLICATION found the slot active for another walsender (55006): most often the one of the
+        connection just lost, which a loaded server has not ended yet. Asked again after a second, for up to
+        SLOT_BUSY_S, as Debezium's startStreaming retries (slot.max.retries=6 x slot.retry.delay.ms=10000);
+        then the task fails naming the slot."""
+        now = time.monotonic()
+        since = self.slot_busy_since = self.slot_busy_since or now
+        first_line = str(error).strip().splitlines()[0]
+        slot = self.c["slot.name"]
+        if now - since >= SLOT_BUSY_S:
+            raise ConnectError(f"replication slot '{slot}' is still in use by another connection after "
+                               f"{SLOT_BUSY_S} s ({first_line}): is another connector reading it? (slot.name)")
+        self.context.warn(f"connector '{self.context.connector_name}': replication slot '{slot}' is in use "
+                          f"({first_line}); asked again in 1 s")
+        self.lost, self.reconnect_at = error, now + 1
+        self._close_connections()
+        return []
 
     def _logical_message(self, message: pgoutput.Message) -> list[ConnectRecord]:
         """A logical decoding message as Debezium's LogicalDecodingMessageMonitor: on <topic.prefix>.message,
@@ -1179,6 +1224,11 @@ class PostgresTask(SourceTask):
                       "event": self.event, "lsn_safe": self.lsn_safe}
             ts_ms = tx.commit_ts_us // 1000
             if type(message) is pgoutput.Truncate:
+                window = self.window
+                if window is not None and window["open"] and any(
+                        (i["rel"].schema, i["rel"].table) == window["table"]
+                        for i in map(self.relations.get, message.relation_oids) if i is not None):
+                    window["buffer"].clear()  # the chunk read before it: none of its rows is there any more
                 if "t" in self.skipped:
                     return []
                 out = []
@@ -1382,6 +1432,24 @@ def _startup_sqlstate(message: str) -> str | None:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _key_after(keys: list[str], values: list) -> tuple[str, list]:
+    """SQL true where a row's key sorts after `values` in ORDER BY keys (ascending, NULLS LAST: PostgreSQL's
+    default), a NULL the greatest of its column; a row comparison, (a, b) > (x, y), is NULL where a NULL is
+    met and would leave such rows out of every chunk."""
+    terms, params = [], []
+    for i, key in enumerate(keys):
+        if values[i] is None:
+            continue  # nothing sorts after a NULL in this column
+        same = []
+        for k, v in zip(keys[:i], values[:i], strict=True):
+            same.append(f"{_ident(k)} IS NULL" if v is None else f"{_ident(k)} = %s")
+            params += [] if v is None else [v]
+        same.append(f"({_ident(key)} > %s OR {_ident(key)} IS NULL)")
+        params.append(values[i])
+        terms.append("(" + " AND ".join(same) + ")")
+    return ("(" + " OR ".join(terms) + ")" if terms else "FALSE"), params
 
 
 def _key_id(info: dict, row: dict) -> str:
