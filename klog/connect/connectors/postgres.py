@@ -738,10 +738,8 @@ class PostgresTask(SourceTask):
         import psycopg2
 
         where = f"connector '{self.context.connector_name}'"
-        tables = [(s, t) for s, t in self._tables() if plan.wants(self.dbname, s, t)]
+        tables = self._signalled_tables(plan)
         if not tables:
-            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
-                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
             return
         statements = {}
         for schema, table in tables:
@@ -803,12 +801,19 @@ class PostgresTask(SourceTask):
             self.signal_table is not None else None
         self.chunk_due = self.incremental is not None
 
-    def _start_incremental(self, plan: signals.SnapshotSignal) -> None:
-        where = f"connector '{self.context.connector_name}'"
+    def _signalled_tables(self, plan: signals.SnapshotSignal) -> list[list[str]]:
+        """[schema, table] of each table the connector captures that the signal names; none: one warning."""
         tables = [[s, t] for s, t in self._tables() if plan.wants(self.dbname, s, t)]
         if not tables:
-            self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: data-collections "
-                              f"{', '.join(plan.names)} name no table the connector captures; nothing to snapshot")
+            self.context.warn(f"connector '{self.context.connector_name}': execute-snapshot signal {plan.id!r}: "
+                              f"data-collections {', '.join(plan.names)} name no table the connector captures; "
+                              "nothing to snapshot")
+        return tables
+
+    def _start_incremental(self, plan: signals.SnapshotSignal) -> None:
+        where = f"connector '{self.context.connector_name}'"
+        tables = self._signalled_tables(plan)
+        if not tables:
             return
         conditions = {}
         for s, t in tables:
