@@ -171,7 +171,10 @@ def test_two_connections_racing_on_one_session_as_kafka_answers_them(kafka_serve
     with RawClient(kafka_server.port) as first, RawClient(kafka_server.port) as second:
         sid = _fetch(first, 0, 0, {("race", 0): 0, ("race", 1): 0}).session_id
         waited: list = []
-        poll = threading.Thread(target=lambda: waited.append(_fetch(first, sid, 1, max_wait_ms=1_500)))
+        # (min_bytes past what the record below brings: its append must not end the long poll before the
+        # second connection's Fetch comes, as it could on a loaded machine)
+        poll = threading.Thread(target=lambda: waited.append(_fetch(first, sid, 1, max_wait_ms=3_000,
+                                                                      min_bytes=1 << 20)))
         poll.start()
         try:
             deadline = time.monotonic() + 5
