@@ -13,6 +13,11 @@ request loop itself (read, parse, answer) with no work in the handler, the floor
 - empty fetch: Fetch v12 at the end of `one` with max_wait 0.
 - wide fetch: Fetch v12 of every partition of `wide` (--partitions, one 100-byte record each, from
   offset 0): the per-partition figure is (wide - 1-partition fetch) / (partitions - 1).
+- acks=0 burst: BURST pipelined Produce v9 requests with acks=0, one partition and one 100-byte record
+  each (what librdkafka sends for a wide topic: one partition per request), to the partitions of
+  `burst` in turn from a start that moves every burst (librdkafka's rotation over its partitions),
+  written at once and followed by an ApiVersions whose answer says they were handled; the figure
+  is per Produce request.
 - the platform's floor, beside them: a bare asyncio Protocol answering each frame with a fixed
   400-byte frame at once, and after one hop to a thread pool (a no-op call): what any asyncio
   server pays on this machine per request and per thread hop, before doing any work.
@@ -36,6 +41,8 @@ import time
 
 from harness import REPO, Bench
 from serve_process import Serve
+
+BURST = 64  # pipelined acks=0 Produce requests written at once (the server reads up to 64 ahead)
 
 
 def _frame(api_key: int, version: int, **fields: object) -> bytes:
@@ -142,12 +149,14 @@ def run(bench: Bench) -> None:
     from tests.serve_helpers import batch, produce_request_fields
 
     partitions = bench.size(500, 20)
+    burst = bench.size(BURST, 8)
     n = bench.size(1000, 20)
     data = os.path.join(bench.tmp, "data")
     with klog.open(data) as store:
         store.create_topic("one")
         store.create_topic("nofsync", configs={"flush.messages": str(2**63 - 1)})
         store.create_topic("wide", partitions=partitions)
+        store.create_topic("burst", partitions=BURST)
         with store.producer() as producer:
             for p in range(partitions):
                 producer.send_values("wide", [b"%099d" % p], partition=p)
@@ -163,6 +172,8 @@ def run(bench: Bench) -> None:
     produce = {t: _frame(0, 9, **produce_request_fields(9, t, 0, record, acks=-1)) for t in ("one", "nofsync")}
     api_versions = _frame(18, 3, client_software_name="bench", client_software_version="1")
     wide = _fetch("wide", range(partitions), 0)
+    burst_frames = [_frame(0, 9, **produce_request_fields(9, "burst", p, record, acks=0)) for p in range(BURST)]
+    bursts = [b"".join(burst_frames[(start + i) % BURST] for i in range(burst)) for start in range(0, BURST, 7)]
     narrow = _fetch("wide", range(1), 0)
     try:
         with socket.create_connection(("127.0.0.1", server.port)) as sock, \
@@ -181,8 +192,15 @@ def run(bench: Bench) -> None:
                 ask(_fetch(topic, range(1), offset.setdefault(key, 0)), to)
                 offset[key] += 1
 
+            sent = [0]
+
+            def acks0_burst(to: socket.socket = sock) -> None:
+                sent[0] += 1
+                ask(bursts[sent[0] % len(bursts)] + api_versions, to)  # (its answer: the burst was handled)
+
             kinds = {
                 "ApiVersions": (lambda: ask(api_versions), n),
+                "acks=0 burst": (acks0_burst, max(4, n // burst)),
                 "produce+fetch round": (lambda: produce_fetch("one"), n),
                 "round, no fsync": (lambda: produce_fetch("nofsync"), n),
                 "empty Fetch": (lambda: ask(_fetch("one", range(1), offset["one"])), n),
@@ -197,6 +215,7 @@ def run(bench: Bench) -> None:
                 kinds["baseline: wide Fetch"] = (lambda: ask(wide, other), max(4, n // 20))
                 kinds["baseline: produce+fetch round"] = (lambda: produce_fetch("one", other), n)
                 kinds["baseline: round, no fsync"] = (lambda: produce_fetch("nofsync", other), n)
+                kinds["baseline: acks=0 burst"] = (lambda: acks0_burst(other), max(4, n // burst))
                 servers.update({k: baseline for k in kinds if k.startswith("baseline")})
             floor_kinds = {"floor": (floor0, floors[0]), "floor, one hop": (floor1, floors[1])}
 
@@ -216,7 +235,7 @@ def run(bench: Bench) -> None:
             twins = {"empty Fetch": "baseline: empty Fetch", "Fetch of 1 partition": "baseline: Fetch of 1 partition",
                      f"Fetch of {partitions} partitions": "baseline: wide Fetch",
                      "produce+fetch round": "baseline: produce+fetch round",
-                     "round, no fsync": "baseline: round, no fsync"}
+                     "round, no fsync": "baseline: round, no fsync", "acks=0 burst": "baseline: acks=0 burst"}
             groups = [[name, twins[name]] if name in twins and twins[name] in kinds else [name]
                       for name in kinds if not name.startswith("baseline")]
             for turn in range(bench.rounds(6)):
@@ -252,6 +271,13 @@ def run(bench: Bench) -> None:
         for kind in ("produce+fetch round", "round, no fsync"):
             bench.line(f"server CPU per {kind} in {baseline_repo}: {med['baseline: ' + kind] * 1e3:.2f} ms",
                        f"{med[kind] * 1e3:.2f} ms here ({med[kind] / med['baseline: ' + kind]:.2f}x)")
+    per_produce = (med["acks=0 burst"] - floor) / burst
+    beside = f"{floor * 1e6:.0f} us for the ApiVersions after each burst, subtracted"
+    if baseline:
+        was = (med["baseline: acks=0 burst"] - floor) / burst
+        beside += f"; {was * 1e6:.0f} us in {baseline_repo} ({per_produce / was:.2f}x)"
+    bench.line(f"server CPU per pipelined one-partition Produce with acks=0 (bursts of {burst}): "
+               f"{per_produce * 1e6:.0f} us", beside)
     beside = f"{floor * 1e6:.0f} us ApiVersions"
     if baseline:
         beside += f"; {med['baseline: empty Fetch'] * 1e6:.0f} us in {baseline_repo}"

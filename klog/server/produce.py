@@ -124,16 +124,14 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
     multi-partition append per topic (one syncfs for them all, where one request each would cost an
     fsync, a thread hop and a turn of the loop), each answered with its own entries. A partition
     named twice among them appends in request order (produce's serial path); transactional
-    requests, differing acks, or acks=0 are handled one after another. acks=0: a failed one closes
-    the connection, and Kafka, which mutes a connection while it handles a request, handles nothing
-    queued behind it; appended together, the requests behind it would be appended anyway (they
-    need no fsync, which the grouping saves). `context_of(i)`: the context of request i, made only
-    where a request is handled on its own (one connection: one principal)."""
+    requests, or differing acks, are handled one after another; acks=0 ones in request order
+    (_acks0_group: a failed one closes the connection, and nothing queued behind it is appended).
+    `context_of(i)`: the context of request i, made only where a request is handled on its own (one
+    connection: one principal)."""
     from types import SimpleNamespace
 
     first = requests[0]
-    if first.acks == 0 or any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks
-                              for r in requests):
+    if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks for r in requests):
         answers: list[Any] = []
         for i, r in enumerate(requests):
             answers.append(await produce(context_of(i), r))
@@ -142,6 +140,8 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
                 # request appended here would be unanswered, and a retry would write it twice)
                 return answers + [answers[-1]] * (len(requests) - len(answers))
         return answers
+    if first.acks == 0:
+        return await _acks0_group(context_of, requests)
     merged = SimpleNamespace(acks=first.acks, transactional_id=None,
                              topic_data=[t for r in requests for t in r.topic_data])
     ctx = context_of(0)
@@ -155,6 +155,93 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
         answers.append(answer if answer is not None else await _answer_of(ctx, request, outcomes[at:at + n]))
         at += n
     return answers
+
+
+async def _acks0_group(context_of: Callable[[int], RequestContext], requests: list[Any]) -> list[Any]:
+    """Pipelined acks=0 Produce requests of one connection (none transactional), appended in one job
+    of the append threads (one thread hop for them all, where one request each costs a hop and
+    turns of the event loop), with Kafka's outcome: Kafka mutes a connection while it handles a
+    request and closes it when an acks=0 one fails, so nothing queued behind a failed request is
+    appended, while the other entries of the failed request itself are (Kafka appends a request's
+    partitions each on its own). What refuses an entry before any append (ACLs, an internal topic,
+    no records) is checked here first: the requests behind the first refused one are not handed to
+    the job at all. The job then appends entry after entry in request order, each checked as a lone
+    request's is (batch, partition, producer state), and stops after the request whose entry failed
+    there (a refused batch, or a disk's error during its append): "after" is request order, the
+    order Kafka handles them in, whatever their partitions. Answers: None for each request
+    appended, the Acks0Failed of the failed one (closing), and it again for those never handled."""
+    ctx = context_of(0)
+    writable: dict[str, bool] = {}
+    work: list[tuple[int, str, int, Any]] = []  # (request, topic, partition, records) to append, in order
+    refused: dict[int, list[tuple[str, int, Outcome]]] = {}  # request -> its (topic, partition, outcome) refused here
+    last = len(requests) - 1  # the last request handled
+    for r, request in enumerate(requests):
+        for topic_data in request.topic_data:
+            topic = topic_data.name
+            allowed = writable.get(topic)
+            if allowed is None:
+                allowed = writable[topic] = ctx.authorize("WRITE", "TOPIC", topic)  # ACLs (security.py)
+            for pdata in topic_data.partition_data:
+                outcome = _refusal(request, "0", topic, allowed, True)
+                if outcome is None and not pdata.records:
+                    outcome = E.corrupt_message, None, "no record batch", None
+                if outcome is None:
+                    work.append((r, topic, int(pdata.index), pdata.records))
+                else:
+                    refused.setdefault(r, []).append((topic, int(pdata.index), outcome))
+        if r in refused:
+            last = r
+            break
+    appender = ctx.server.appender
+    append = appender.append_message_set if ctx.api_version <= LAST_MESSAGE_SET_VERSION else appender.append
+
+    def append_in_order() -> tuple[list[RawAppendResult | BaseException], Exception | None]:
+        """(each entry's result or error, up to where it stopped; what broke off the job that no
+        append raises: raised once the outcomes before it are taken)."""
+        got: list[RawAppendResult | BaseException] = []
+        stop = last
+        for r, topic, partition, records in work:
+            if r > stop:
+                break
+            try:
+                got.append(append(topic, partition, bytes(records), "0"))
+            except (KlogError, OSError) as e:
+                got.append(e)
+                stop = r  # this request's other entries still append (Kafka's), none after it
+            except Exception as e:  # noqa: BLE001 - handed to the request loop, which closes the connection
+                return got, e
+        return got, None
+
+    # every partition's append slot, taken in partition order (a lone request's wait on the loop for
+    # an append in progress there; two groups never wait in a circle)
+    slots = [ctx.server.append_slot(t, p) for t, p in sorted({(t, p) for _, t, p, _ in work})]
+    taken = 0
+    try:
+        for slot in slots:
+            await slot.acquire()
+            taken += 1
+        results, broke = await ctx.server.run_append(append_in_order) if work else ([], None)
+    finally:
+        for slot in slots[:taken]:
+            slot.release()
+    failures: list[tuple[str, int, str]] = []
+    failed_at = None
+    for done, ((r, topic, partition, _), result) in enumerate(zip(work, results, strict=False)):
+        code = _outcome(ctx if not isinstance(result, BaseException) else context_of(r), topic, partition, result)[0]
+        if done % SLICE_ENTRIES == SLICE_ENTRIES - 1:
+            await asyncio.sleep(0)  # (many entries: let the other connections in)
+        if code != E.none:
+            failures.append((topic, partition, code.name.upper()))
+            failed_at = r
+    if broke is not None:
+        raise broke
+    if failed_at is None and last in refused:
+        failed_at = last
+    if failed_at is None:
+        return [None] * len(requests)
+    refusals = [(topic, partition, outcome[0].name.upper()) for topic, partition, outcome in refused.get(failed_at, [])]
+    closing = Acks0Failed(refusals + failures)  # (the failed request's: those refused here, then the job's)
+    return [None] * failed_at + [closing] * (len(requests) - failed_at)
 
 
 def _refusal(request: Any, acks: str | None, topic: str, writable: bool, txn_allowed: bool) -> Outcome | None:
