@@ -175,6 +175,7 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
     work: list[tuple[int, str, int, Any]] = []  # (request, topic, partition, records) to append, in order
     refused: dict[int, list[tuple[str, int, Outcome]]] = {}  # request -> its (topic, partition, outcome) refused here
     last = len(requests) - 1  # the last request handled
+    seen = 0
     for r, request in enumerate(requests):
         for topic_data in request.topic_data:
             topic = topic_data.name
@@ -182,6 +183,9 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
             if allowed is None:
                 allowed = writable[topic] = ctx.authorize("WRITE", "TOPIC", topic)  # ACLs (security.py)
             for pdata in topic_data.partition_data:
+                seen += 1
+                if seen % SLICE_ENTRIES == 0:
+                    await asyncio.sleep(0)  # (requests of many entries: let the other connections in)
                 outcome = _refusal(request, "0", topic, allowed, True)
                 if outcome is None and not pdata.records:
                     outcome = E.corrupt_message, None, "no record batch", None

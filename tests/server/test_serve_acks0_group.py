@@ -26,13 +26,16 @@ def _frame(correlation: int, entries: list[tuple[str, int, bytes]], acks: int = 
     """A Produce request of `entries` (topic, partition, records), in that order."""
     import datetime
 
-    from kio.index import load_payload_module
+    from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
     from kio.schema.request_header.v2.header import RequestHeader
     from kio.serial import entity_writer
     from kio.static.constants import EntityType
     from kio.static.primitive import i32Timedelta
 
-    mod = load_payload_module(0, version, EntityType.request)
+    from klog.protocol.kafka import make
+    from klog.protocol.schemas import payload_module
+
+    mod = payload_module(0, version, EntityType.request)  # (v0-v2 too, which kio leaves out)
     topics = []
     for topic, partition, records in entries:
         part = mod.PartitionProduceData(index=partition, records=records)
@@ -41,10 +44,11 @@ def _frame(correlation: int, entries: list[tuple[str, int, bytes]], acks: int = 
         else:
             topics.append(mod.TopicProduceData(name=topic, partition_data=(part,)))
     buf = io.BytesIO()
-    entity_writer(RequestHeader)(buf, RequestHeader(request_api_key=0, request_api_version=version,
-                                                    correlation_id=correlation, client_id="acks0group"))
-    entity_writer(mod.ProduceRequest)(buf, mod.ProduceRequest(
-        transactional_id=None, acks=acks, timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+    header = RequestHeader if version >= 9 else RequestHeaderV1
+    entity_writer(header)(buf, header(request_api_key=0, request_api_version=version, correlation_id=correlation,
+                                      client_id="acks0group"))
+    entity_writer(mod.ProduceRequest)(buf, make(  # (fields the version lacks dropped: v0-v2 have no transactional id)
+        mod.ProduceRequest, transactional_id=None, acks=acks, timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=tuple(topics)))
     return struct.pack(">i", buf.tell()) + buf.getvalue()
 
@@ -150,6 +154,19 @@ def test_a_failed_request_in_the_middle_stops_the_later_ones_and_closes(kafka_se
     lines = [r.getMessage() for r in caplog.records if "failed Produce with acks=0" in r.getMessage()]
     topic, partition, _ = bad[-1]
     assert len(lines) == 1 and f"correlation id 3): {topic}-{partition} " in lines[0], lines
+
+
+def test_message_sets_of_produce_v2_with_acks0_stop_at_the_failed_request_too(kafka_server):
+    """Produce v0-v2 carry magic 0/1 message sets, up-converted in the same job (append_message_set)."""
+    from tests.kafka_files import legacy_plain
+
+    kafka_server.store.create_topic("old", 2)
+    burst = [(1, b"a"), (0, b"b"), (1, b"c"), (7, b"bad"), (0, b"d"), (1, b"e")]
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(b"".join(_frame(i + 1, [("old", p, legacy_plain(1, 0, None, v, 1_700_000_000_000))], version=2)
+                              for i, (p, v) in enumerate(burst)))
+        assert _closed(sock)
+    assert _values(kafka_server.data_dir, "old", 2) == {0: [b"b"], 1: [b"a", b"c"]}
 
 
 def test_a_disk_error_during_an_append_leaves_nothing_after_it_appended(kafka_server, monkeypatch):
