@@ -212,3 +212,23 @@ def test_confluent_kafka_acks0_into_a_wide_topic_delivers_every_record(kafka_ser
             break
         time.sleep(0.2)
     assert got == want
+
+
+def test_a_request_to_a_topic_the_acls_refuse_stops_the_later_ones(kafka_server):
+    """Refused on the event loop before any append (TOPIC_AUTHORIZATION_FAILED): the requests behind
+    it are not handed to the append threads."""
+    from klog.meta.acls import AclsMeta
+    from klog.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+
+    kafka_server.store.create_topic("fire", 1)
+    kafka_server.store.create_topic("locked", 1)
+    AclsMeta(kafka_server.store.meta).add([  # (with an ACL anywhere, what none allows is refused: Kafka's default)
+        AclBinding(ResourceType.TOPIC, "fire", PatternType.LITERAL, "User:*", "*", Operation.WRITE, Permission.ALLOW),
+        AclBinding(ResourceType.TOPIC, "locked", PatternType.LITERAL, "User:alice", "*", Operation.WRITE,
+                   Permission.ALLOW)])
+    burst = [("fire", b"a"), ("locked", b"bad"), ("fire", b"b")]
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(b"".join(_frame(i + 1, [(t, 0, batch([v]))]) for i, (t, v) in enumerate(burst)))
+        assert _closed(sock)
+    assert _values(kafka_server.data_dir, "fire", 1) == {0: [b"a"]}
+    assert _values(kafka_server.data_dir, "locked", 1) == {0: []}
