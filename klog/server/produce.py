@@ -124,8 +124,9 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
     multi-partition append per topic (one syncfs for them all, where one request each would cost an
     fsync, a thread hop and a turn of the loop), each answered with its own entries. A partition
     named twice among them appends in request order (produce's serial path); transactional
-    requests, or differing acks, are handled one after another; acks=0 ones in request order
-    (_acks0_group: a failed one closes the connection, and nothing queued behind it is appended).
+    requests, or differing acks, are handled one after another; acks=0 ones in one job of the
+    append threads, in request order (_acks0_group: a failed one closes the connection, and nothing
+    queued behind it is appended).
     `context_of(i)`: the context of request i, made only where a request is handled on its own (one
     connection: one principal)."""
     from types import SimpleNamespace

@@ -75,9 +75,10 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
 
 
 def test_pipelined_acks0_produces_close_at_the_failed_one(kafka_server, data_dir):
-    """acks=0 Produce requests queued behind each other are handled one by one (produce_group); the
-    first that failed closes the connection (nothing is answered to any of them: acks=0; that none
-    after it is appended: test_serve_acks0_pipelined.py)."""
+    """acks=0 Produce requests queued behind each other are handled together, in request order
+    (produce_group); the first that failed closes the connection (nothing is answered to any of
+    them: acks=0; that none after it is appended: test_serve_acks0_pipelined.py,
+    test_serve_acks0_group.py)."""
     kafka_server.store.create_topic("fire", 2)
     burst = b"".join([_frame(1, "fire", 0, batch([b"a"])), _frame(2, "fire", 9, batch([b"b"])),
                       _frame(3, "fire", 1, batch([b"c"]))])
