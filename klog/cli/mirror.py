@@ -57,12 +57,17 @@ def register(app: typer.Typer) -> None:
         exactly_once: Annotated[bool, typer.Option(
             "--exactly-once", help="Copy each record exactly once, also across kills: records and checkpoints are "
             "committed together in transactions (read DEST with read_committed).")] = False,
+        isolation_level: Annotated[str | None, typer.Option(
+            "--isolation-level", help="How to read SRC: read_committed (the default: records of aborted "
+            "transactions are not copied, open ones once they commit) or read_uncommitted (every record "
+            "written, as it is).")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         from klog.client.mirror import Mirror, renamer
         from klog.client.remote.target import open_endpoint
 
         renamer(rename)  # a bad template fails before anything opens
+        level = _isolation_level(isolation_level, source_property, exactly_once)
         _refuse_a_copy_onto_itself(source, dest, data_dir, source_property, dest_property, rename)
         with contextlib.ExitStack() as stack:
             src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False, on_warning=warn))
@@ -70,7 +75,8 @@ def register(app: typer.Typer) -> None:
             progress = _Progress(current_env().stderr_tty)
             stack.enter_context(progress)
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
-                         rename=rename, follow=follow, exactly_once=exactly_once, on_progress=progress.update)
+                         rename=rename, follow=follow, exactly_once=exactly_once, isolation_level=level,
+                         on_progress=progress.update)
             interrupted = False
             try:  # SIGTERM arrives as KeyboardInterrupt too (session.Signals), and exits 143
                 stats = job.run()
@@ -83,6 +89,19 @@ def register(app: typer.Typer) -> None:
               file=sys.stderr)
         if interrupted:
             raise KeyboardInterrupt
+
+
+def _isolation_level(flag: str | None, source_property: list[str] | None, exactly_once: bool) -> str:
+    """--isolation-level, or a SRC cluster's isolation.level property (one of them, or both the same),
+    read_committed when neither says; checked before anything opens."""
+    from klog.client.mirror import checked_isolation
+    from klog.errors import UsageError
+
+    said = [value.strip() for name, _, value in (p.partition("=") for p in source_property or ())
+            if name.strip() == "isolation.level"]
+    if flag is not None and said and said[-1] != flag:
+        raise UsageError(f"--isolation-level {flag} contradicts --source-property isolation.level={said[-1]}")
+    return checked_isolation(flag or (said[-1] if said else "read_committed"), exactly_once)
 
 
 def _refuse_a_copy_onto_itself(source: str, dest: str, data_dir: str | None, source_property: list[str] | None,

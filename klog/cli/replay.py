@@ -64,6 +64,10 @@ def register(app: typer.Typer) -> None:
             "(kafka://HOST:PORT[,...], HOST:PORT, or @NAME).")] = None,
         dest_property: Annotated[list[str] | None, typer.Option(
             "--dest-property", help="Kafka client property name=value for a --to-store cluster.")] = None,
+        isolation_level: Annotated[str, typer.Option(
+            "--isolation-level", help="How to read SOURCE: read_committed (the default: records of aborted "
+            "transactions are skipped, the replay stops before a transaction still open) or read_uncommitted "
+            "(every record written).")] = "read_committed",
         data_dir: DataDirOpt = None,
     ) -> None:
         """Re-publish a range of SOURCE into the topic --to names (or stdout), keys and headers kept,
@@ -91,7 +95,7 @@ def register(app: typer.Typer) -> None:
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=until_ms, count=count,
                                 keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
-                                dest_store=dest_store)
+                                dest_store=dest_store, isolation_level=isolation_level)
             stack.callback(replayer.close)
             if to is not None and env.stderr_tty:
                 stats = _run_with_progress(replayer)

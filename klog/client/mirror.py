@@ -14,6 +14,10 @@ With `exactly_once` (DEST a local store or a cluster), the records copied since 
 itself are one transaction (KIP-618's idea, as MirrorMaker 2 does it): after any kill, DEST's
 read_committed readers hold each source record exactly once, and the mirror resumes from the last
 committed checkpoint. A second mirror of the same name fences the first.
+
+The source is read at read_committed by default (either mode): records of aborted transactions are
+never copied, and a transaction still open is copied once it commits. A plain copy of them, written
+outside any transaction, would show DEST's read_committed readers what the source's never see.
 """
 
 from __future__ import annotations
@@ -64,16 +68,28 @@ def renamer(template: str) -> Callable[[str], str]:
     return lambda t: template.replace("{topic}", t)
 
 
+def checked_isolation(level: str, exactly_once: bool) -> str:
+    """`level` when a mirror can read its source so (UsageError otherwise)."""
+    if level not in ("read_committed", "read_uncommitted"):
+        raise UsageError(f"invalid isolation level '{level}' (read_committed or read_uncommitted)")
+    if exactly_once and level != "read_committed":
+        raise UsageError("--exactly-once copies committed records only: it reads the source at read_committed")
+    return level
+
+
 class Mirror:
     def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
                  rename: str = "{topic}", follow: bool = False, exactly_once: bool = False,
+                 isolation_level: str = "read_committed",
                  on_progress: Callable[[MirrorStats], None] | None = None) -> None:
+        checked_isolation(isolation_level, exactly_once)
         self.src, self.dest = src, dest
         self.wanted, self.pattern = topics, pattern
         self.mirror_id = mirror_id
         self.rename = renamer(rename)
         self.follow = follow
         self.exactly_once = exactly_once
+        self.isolation_level = isolation_level
         self.on_progress = on_progress
         self.stats = MirrorStats()
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
@@ -144,7 +160,8 @@ class Mirror:
         return name
 
     def _open(self, names: list[str]) -> ConsumerBase:
-        consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False)
+        consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False,
+                                     isolation_level=self.isolation_level)
         resumed = 0
         for (t, p), offset in self._saved.items():
             if t in names:
@@ -157,7 +174,7 @@ class Mirror:
     def _remaining(self, names: list[str], positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         ends = {}
         for t in names:
-            for p, end in self.src.offsets(t, -1).items():
+            for p, end in self.src.offsets(t, -1, committed=self.isolation_level == "read_committed").items():
                 ends[(t, p)] = end or 0
         return {tp: end for tp, end in ends.items() if positions.get(tp, 0) < end}
 

@@ -5,7 +5,8 @@ Records of all chosen source partitions are merged by timestamp (as `klog consum
 records go to their key's partition in DEST (Kafka's partitioner, as the producer does); keyless
 records keep their source partition number (modulo DEST's partition count), so a replay is
 deterministic and can resume exactly. Keys and headers are kept; timestamps too with
-`keep_timestamps`, otherwise records are stamped with the time they are replayed.
+`keep_timestamps`, otherwise records are stamped with the time they are replayed. The source is
+read at read_committed unless `isolation_level` says read_uncommitted.
 
 Writing: records are buffered per DEST partition and each buffer is appended as one batch (split
 only if it would pass max.message.bytes), through the same replica manager a producer uses.
@@ -44,6 +45,7 @@ from klog.errors import KlogError, RecordTooLargeError, UsageError
 from klog.store import codec, compression
 from klog.store.format import CREATE_TIME, LOG_APPEND_TIME
 from klog.store.names import FILE_NAME_BYTES_MAX, fit_stem
+from klog.store.txn import READ_COMMITTED
 
 if TYPE_CHECKING:
     from klog.client.interface import AnyStore
@@ -140,7 +142,7 @@ class Replayer:
                  start: StartSpec | str = "beginning", until_ms: int | None = None, count: int | None = None,
                  keep_timestamps: bool = False, speed: float | None = None, rate: float | None = None,
                  group: str | None = None, acks: str = "all", dest_store: AnyStore | None = None,
-                 buffer_memory: int = BUFFER_MEMORY_DEFAULT,
+                 buffer_memory: int = BUFFER_MEMORY_DEFAULT, isolation_level: str = READ_COMMITTED,
                  emit: Callable[[Record], None] | None = None,
                  on_progress: Callable[[ReplayStats], None] | None = None,
                  on_warning: Callable[[str], None] | None = None,
@@ -177,7 +179,10 @@ class Replayer:
         self.on_warning = on_warning
         self.clock, self.sleep, self.wall_ms = clock, sleep, wall_ms
         self.stats = ReplayStats()
-        self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms)
+        # read_committed by default: a replay writes outside the source's transactions, so an aborted
+        # or still open transaction's records would become records DEST's read_committed readers see
+        self.consumer = store.consumer(source, partitions=partitions, start=start, until_ms=until_ms,
+                                       isolation_level=isolation_level)
         self.progress: ReplayProgress | None = None
         self._pending: dict[int, _Pending] = {}
         self.buffer_memory = buffer_memory  # what the DEST partitions' buffers hold at most, together

@@ -505,13 +505,18 @@ class Store(GroupAdminMethods):
                 continue
         return ends
 
-    def offsets(self, topic: str, timestamp: int | None = None) -> dict[int, int | None]:
-        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time."""
+    def offsets(self, topic: str, timestamp: int | None = None, committed: bool = False) -> dict[int, int | None]:
+        """Per partition: earliest (timestamp -2), latest (None or -1), or first offset at a time;
+        `committed`: latest as a read_committed consumer sees it (the last stable offset)."""
         out: dict[int, int | None] = {}
         for i in range(self.partition_count(topic)):
             p = self.partition(topic, i)
             if timestamp == -2:
                 out[i] = p.log_start_offset()
+            elif (timestamp is None or timestamp == -1) and committed:
+                from klog.broker.offsets import last_stable_offset
+
+                out[i] = last_stable_offset(p)
             elif timestamp is None or timestamp == -1:
                 out[i] = p.high_watermark()
             else:
