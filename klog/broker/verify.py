@@ -403,6 +403,9 @@ class Discard:
     damaged_from: int
     resume: int
     corrupt_files: list[str] = field(default_factory=list)
+    # transactions whose marker was discarded and whose outcome nothing proves: left open, (producer
+    # id, producer epoch, start offset) each, for `klog transactions abort --start-offset` to end
+    hanging: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def lost(self) -> str:
@@ -686,10 +689,19 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
                   plan: Discard, entries: list) -> list[bytes]:
     """The end-transaction markers the discarded bytes [start, end) of `segment` held, in offset order,
     for the transactions open at the damage (their first batch before it, no batch of their producer
-    after it): ABORT at the offset of a `.txnindex` entry ending in the discarded range (`entries`),
-    else the outcome the transaction coordinator completed for the producer at that epoch (COMMIT or
-    ABORT, at the discarded range's last free offset). A transaction neither says stays open."""
-    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta
+    after it), each only where its outcome is proven to be that transaction's:
+    - ABORT at the offset of a `.txnindex` entry of the producer that ends in the discarded range
+      and begins where the open transaction does;
+    - else the outcome the transaction coordinator completed for the producer id, when its record
+      of the markers it wrote (TxnMetadata.ended) has one in this partition for a transaction
+      beginning where the open one does, at that marker's offset.
+    The producer id and epoch alone prove nothing: KIP-890 part 1 keeps the epoch across
+    transactions, so the coordinator's last outcome can be a later transaction's (one whose
+    records and marker here were discarded too, or that never wrote here), and committing an
+    aborted transaction shows aborted records, aborting a committed one hides committed ones.
+    A transaction neither proves stays open, named in `plan.hanging` (`klog transactions abort
+    --start-offset` ends it)."""
+    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta, tp_key
     from klog.store.txn import ABORT, COMMIT, DATA, TxnTracker, batch_event, control_batch, is_transactional
     from klog.store.walk import walk_batches
 
@@ -723,27 +735,30 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
         open_.discard(batch.header.producer_id)  # (its transaction goes on, or its marker is there)
     if not open_:
         return []
-    found: dict[int, tuple[int, int]] = {}  # offset -> (producer id, kind)
+    lost = range(plan.damaged_from, plan.resume)
+    found: dict[int, tuple[int, int, int]] = {}  # offset -> (producer id, epoch, kind)
     for entry in entries:
-        if entry.producer_id in open_ and plan.damaged_from <= entry.last_offset < plan.resume:
-            found[entry.last_offset] = (entry.producer_id, ABORT)
-    done = {pid for pid, _ in found.values()}
+        if entry.producer_id in open_ and entry.last_offset in lost and \
+                entry.first_offset == tracker.open[entry.producer_id]:
+            found[entry.last_offset] = (entry.producer_id, last[entry.producer_id].producer_epoch, ABORT)
+    done = {pid for pid, _, _ in found.values()}
     coordinator = {m.producer_id: m for m in TransactionsMeta(store.meta).all()}
-    free = plan.resume - 1
+    key = tp_key((plan.topic, plan.partition))
     for pid in sorted(open_ - done):
         meta = coordinator.get(pid)
-        if meta is None or meta.producer_epoch != last[pid].producer_epoch or \
-                meta.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
-            continue  # (ongoing, fenced, or forgotten: which way it ended is not known)
-        while free in found:
-            free -= 1
-        if free < plan.damaged_from:
-            break
-        found[free] = (pid, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
+        if meta is not None and (plan.topic, plan.partition) in meta.tps():
+            continue  # the coordinator runs it here still: its marker comes when it ends
+        ended = meta.ended.get(key) if meta is not None and meta.state in (COMPLETE_COMMIT, COMPLETE_ABORT) else None
+        if ended is None or ended[0] != tracker.open[pid] or ended[1] not in lost or ended[1] in found:
+            # (ongoing, fenced, forgotten, or its last outcome is another transaction's: not known)
+            plan.hanging.append((pid, last[pid].producer_epoch, tracker.open[pid]))
+            continue
+        # (the coordinator's epoch at completion: a timed-out transaction's ABORT carries the fenced one)
+        found[ended[1]] = (pid, meta.producer_epoch, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
     out = []
-    for offset, (pid, kind) in sorted(found.items()):
+    for offset, (pid, epoch, kind) in sorted(found.items()):
         header = last[pid]
-        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp, leader_epoch))
+        marker = bytearray(control_batch(pid, epoch, kind, 0, header.max_timestamp, leader_epoch))
         marker[0:8] = offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
         out.append(bytes(marker))
     return out
