@@ -130,3 +130,35 @@ def test_a_timed_out_transactions_abort_is_written_again_from_the_coordinators_r
     assert (done.lost, done.hanging) == ("2..2", [])
     marker = [b for b in store.partition("t", 0).read(0) if b.header.is_control]
     assert [(b.header.base_offset, b.header.producer_epoch) for b in marker] == [(2, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("indexed", [True, False], ids=["indexed", "unindexed"])
+def test_an_abort_lost_before_the_producers_next_transaction_here(store, cli, indexed):
+    """The aborted transaction's marker is discarded, its producer's next transaction (committed) follows
+    the damage in the same partition: without a marker in the gap that commit ends both. With the
+    `.txnindex` entry the ABORT is proven and written again; without it the discard says the aborted
+    transaction's outcome is not known."""
+    store.create_topic("t")
+    with store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send("t", b"ABORTED", partition=0)  # offset 0
+        producer.flush()
+        producer.abort()  # marker at 1: discarded
+        producer.begin()
+        producer.send("t", b"T2", partition=0)  # 2
+        producer.flush()
+        producer.commit()  # 3
+    pid = TransactionsMeta(store.meta).get("tx").producer_id
+    if not indexed:
+        _unindex(store, "t", 0)
+    _flip(store, "t", 0, 1)
+    r = cli("verify", "t", "--repair", "--discard-damaged", "--yes")
+    assert r.exit_code == 0, r
+    if indexed:
+        assert _committed(store, "t", 0) == [b"T2"]
+        assert "outcome not known" not in r.out
+    else:
+        [line] = [x for x in r.out.splitlines() if x.startswith("t-0: discarded")]
+        assert line.endswith(f"; its marker lost and its outcome not known: the transaction of producer id {pid} "
+                             "(epoch 0) from offset 0 now ends with its producer's next transaction here"), line
