@@ -338,7 +338,7 @@ class TxnCoordinator:
         while this one's document is Prepare*)."""
         from klog.broker.offsets import stable_view
 
-        part = self.appender.partition(topic, partition)
+        part = self.appender.partition(topic, partition, refresh=False)  # (write_marker checks the topic next)
         view, view_lock = stable_view(part)
         with view_lock:
             view.refresh(part.high_watermark())

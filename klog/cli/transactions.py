@@ -71,7 +71,7 @@ def find_hanging(
     if partition is not None and topic is None:
         raise UsageError("--partition needs --topic")
     limit = None if max_transaction_timeout is None else max_transaction_timeout * 60_000
-    with open_store(data_dir, create=False) as store:
+    with open_store(data_dir, create=False, read_only=True) as store:
         found = store.find_hanging_transactions(topic, partition, limit)
     now = int(time.time() * 1000)
     if as_json:
