@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_partitions
-from klog.errors import KlogError, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError, UsageError
+from klog.errors import (
+    CorruptLogError,
+    KlogError,
+    OffsetOutOfRangeError,
+    UnknownPartitionError,
+    UnknownTopicError,
+    UsageError,
+)
 from klog.store import cleaner, faults, retention
 from klog.store.config import LogConfig
 from klog.store.partition import Partition
@@ -167,8 +174,11 @@ def _compact(store: BrokerStore, topic: str, partition: int, plan: _CompactionPl
     """Clean without the partition's lock (appends go on), then take it to swap the result in;
     False if the segments changed meanwhile (nothing swapped in)."""
     config = store.log_config(topic)
-    cleaning = cleaner.build_cleaning(plan.replicas, plan.rng, now_ms, config.delete_retention_ms, throttler,
-                                      plan.aborted)
+    try:
+        cleaning = cleaner.build_cleaning(plan.replicas, plan.rng, now_ms, config.delete_retention_ms, throttler,
+                                          plan.aborted)
+    except CorruptLogError as e:  # damage kept in the log, not a race (build_cleaning tells them apart)
+        raise cleaner.damage_blocks_compaction(topic, partition, e) from None
     try:
         if cleaning.abandoned:
             return False

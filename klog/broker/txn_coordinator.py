@@ -294,9 +294,14 @@ class TxnCoordinator:
             return same(self.meta.get(tid))
 
         failed: Exception | None = None
+        ended: dict[str, list[int]] = {}  # (TxnMetadata.ended: what proves a lost marker's outcome)
         for topic, partition in meta.tps():
             try:
-                self.appender.write_marker(topic, partition, pid, epoch, kind, meta.coordinator_epoch, still_wanted)
+                first = self._open_start(topic, partition, pid)
+                at = self.appender.write_marker(topic, partition, pid, epoch, kind, meta.coordinator_epoch,
+                                                still_wanted)
+                if at is not None and first is not None and first < at:
+                    ended[tx.tp_key((topic, partition))] = [first, at]
             except Exception as e:
                 from klog.errors import UnknownPartitionError, UnknownTopicError
 
@@ -317,13 +322,27 @@ class TxnCoordinator:
                 for group, staged in current.offsets.items():
                     offsets = {tx.key_tp(k): (int(v[0]), str(v[1] or "")) for k, v in staged.items()}
                     self.groups.write_offsets(txn, group, offsets, now)
-            tx.complete(current, now)
+            tx.complete(current, now, ended)
             return current
 
         try:
             self.meta.apply(tid, change)
         except _Unchanged:
             pass
+
+
+    def _open_start(self, topic: str, partition: int, producer_id: int) -> int | None:
+        """Where the producer's open transaction in the partition began (the read_committed view's),
+        asked before its marker: the marker is the only thing that moves it (the transaction's
+        batches were acknowledged before EndTxn, and no later transaction of the producer begins
+        while this one's document is Prepare*)."""
+        from klog.broker.offsets import stable_view
+
+        part = self.appender.partition(topic, partition, refresh=False)  # (write_marker checks the topic next)
+        view, view_lock = stable_view(part)
+        with view_lock:
+            view.refresh(part.high_watermark())
+            return view.first_open_offset(producer_id)
 
 
 class _Unchanged(Exception):  # noqa: N818 - control flow inside one LMDB transaction (aborts it: nothing to write)

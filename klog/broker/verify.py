@@ -403,6 +403,12 @@ class Discard:
     damaged_from: int
     resume: int
     corrupt_files: list[str] = field(default_factory=list)
+    # transactions whose marker was discarded and whose outcome nothing proves: left open, (producer
+    # id, producer epoch, start offset) each, for `klog transactions abort --start-offset` to end
+    hanging: list[tuple[int, int, int]] = field(default_factory=list)
+    # transactions whose marker was discarded, whose outcome nothing proves, and which the next marker
+    # of their producer (a later transaction's) now ends with its outcome: (producer id, epoch, start)
+    unknown: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def lost(self) -> str:
@@ -685,11 +691,22 @@ def _write_without(replica: PartitionLog, segment: LogSegment, start: int, end: 
 def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment, start: int, end: int,
                   plan: Discard, entries: list) -> list[bytes]:
     """The end-transaction markers the discarded bytes [start, end) of `segment` held, in offset order,
-    for the transactions open at the damage (their first batch before it, no batch of their producer
-    after it): ABORT at the offset of a `.txnindex` entry ending in the discarded range (`entries`),
-    else the outcome the transaction coordinator completed for the producer at that epoch (COMMIT or
-    ABORT, at the discarded range's last free offset). A transaction neither says stays open."""
-    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta
+    for the transactions open at the damage (their first batch before it), each only where its
+    outcome is proven to be that transaction's:
+    - ABORT at the offset of a `.txnindex` entry of the producer that ends in the discarded range
+      and begins where the open transaction does;
+    - else the outcome the transaction coordinator completed for the producer id, when its record
+      of the markers it wrote (TxnMetadata.ended) has one in this partition for a transaction
+      beginning where the open one does, at that marker's offset.
+    The producer id and epoch alone prove nothing: KIP-890 part 1 keeps the epoch across
+    transactions, so the coordinator's last outcome can be a later transaction's (one whose
+    records and marker here were discarded too, or that never wrote here), and committing an
+    aborted transaction shows aborted records, aborting a committed one hides committed ones.
+    A transaction neither proves and with no batch of its producer after the damage stays open, named
+    in `plan.hanging` (`klog transactions abort --start-offset` ends it); one whose producer's later
+    transaction here (the coordinator's record says it began after it) now ends it too is named in
+    `plan.unknown`: its records take that transaction's outcome, which nothing proves is its own."""
+    from klog.meta.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, TransactionsMeta, tp_key
     from klog.store.txn import ABORT, COMMIT, DATA, TxnTracker, batch_event, control_batch, is_transactional
     from klog.store.walk import walk_batches
 
@@ -716,34 +733,46 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
             tracker.data(header.producer_id, header.base_offset)
         elif kind is not None:
             tracker.marker(header.producer_id, header.base_offset, kind)
-    open_ = set(tracker.open)
+    at_damage = dict(tracker.open)  # producer id -> first offset of its transaction open at the damage
+    after: dict[int, int | None] = {}  # producer id -> what its first batch after the damage is (DATA, a marker)
     later = [replica.segments[b] for b in replica.bases if b > segment.base_offset]
-    for _, batch in itertools.chain(walk(segment, end, segment.file_size()),
-                                    *(walk(e, 0, e.file_size()) for e in later)):
-        open_.discard(batch.header.producer_id)  # (its transaction goes on, or its marker is there)
-    if not open_:
+    for seg, batch in itertools.chain(walk(segment, end, segment.file_size()),
+                                      *(walk(e, 0, e.file_size()) for e in later)):
+        pid = batch.header.producer_id
+        if pid in at_damage and pid not in after:
+            try:
+                after[pid] = batch_event(seg.read_bytes, batch.position, batch.header, seg.log_path)
+            except CorruptLogError:
+                after[pid] = None
+    if not at_damage:
         return []
-    found: dict[int, tuple[int, int]] = {}  # offset -> (producer id, kind)
-    for entry in entries:
-        if entry.producer_id in open_ and plan.damaged_from <= entry.last_offset < plan.resume:
-            found[entry.last_offset] = (entry.producer_id, ABORT)
-    done = {pid for pid, _ in found.values()}
+    lost = range(plan.damaged_from, plan.resume)
     coordinator = {m.producer_id: m for m in TransactionsMeta(store.meta).all()}
-    free = plan.resume - 1
-    for pid in sorted(open_ - done):
+    key = tp_key((plan.topic, plan.partition))
+    indexed = {(e.producer_id, e.first_offset): e.last_offset for e in entries if e.last_offset in lost}
+    found: dict[int, tuple[int, int, int]] = {}  # offset -> (producer id, epoch, kind)
+    for pid, first in sorted(at_damage.items()):
         meta = coordinator.get(pid)
-        if meta is None or meta.producer_epoch != last[pid].producer_epoch or \
-                meta.state not in (COMPLETE_COMMIT, COMPLETE_ABORT):
-            continue  # (ongoing, fenced, or forgotten: which way it ended is not known)
-        while free in found:
-            free -= 1
-        if free < plan.damaged_from:
-            break
-        found[free] = (pid, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
+        done = meta.ended.get(key) if meta is not None and meta.state in (COMPLETE_COMMIT, COMPLETE_ABORT) else None
+        if indexed.get((pid, first)) is not None and indexed[(pid, first)] not in found:
+            # its ABORT's .txnindex entry: the aborted range it closed begins where this transaction does
+            found[indexed[(pid, first)]] = (pid, last[pid].producer_epoch, ABORT)
+        elif done is not None and done[0] == first and done[1] in lost and done[1] not in found:
+            # the coordinator's record of the marker it wrote here for the transaction beginning there (its
+            # epoch then: a timed-out transaction's ABORT carries the fenced one)
+            found[done[1]] = (pid, meta.producer_epoch, COMMIT if meta.state == COMPLETE_COMMIT else ABORT)
+        elif pid not in after:  # nothing of its producer after the damage: left open
+            if meta is None or (plan.topic, plan.partition) not in meta.tps():
+                plan.hanging.append((pid, last[pid].producer_epoch, first))
+            # (else the coordinator runs it here still: its marker comes when it ends)
+        elif after[pid] == DATA and done is not None and first < done[0] and done[0] >= plan.damaged_from:
+            # the coordinator's last transaction here began after this one's first offset: this one's marker was
+            # in the discarded range, and which way it went is not known; the next marker of its producer ends it
+            plan.unknown.append((pid, last[pid].producer_epoch, first))
     out = []
-    for offset, (pid, kind) in sorted(found.items()):
+    for offset, (pid, epoch, kind) in sorted(found.items()):
         header = last[pid]
-        marker = bytearray(control_batch(pid, header.producer_epoch, kind, 0, header.max_timestamp, leader_epoch))
+        marker = bytearray(control_batch(pid, epoch, kind, 0, header.max_timestamp, leader_epoch))
         marker[0:8] = offset.to_bytes(8, "big")  # (the base offset is outside the CRC)
         out.append(bytes(marker))
     return out

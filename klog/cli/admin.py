@@ -154,11 +154,22 @@ def _discard(store, topic: str | None, yes: bool, as_json: bool) -> None:  # noq
         if as_json:
             print(json.dumps({"topic": d.topic, "partition": d.partition, "discarded": True,
                               "lost_from": d.damaged_from, "lost_to": d.resume - 1, "damaged_from": d.damaged_from,
-                              "corrupt_files": d.corrupt_files}))
+                              "corrupt_files": d.corrupt_files, "hanging": [
+                                  {"producer_id": pid, "producer_epoch": epoch, "start_offset": start}
+                                  for pid, epoch, start in d.hanging], "outcome_unknown": [
+                                  {"producer_id": pid, "producer_epoch": epoch, "start_offset": start}
+                                  for pid, epoch, start in d.unknown]}))
         else:
+            hanging = "".join(
+                f"; left open, its outcome lost with its marker: the transaction of producer id {pid} (epoch "
+                f"{epoch}) from offset {start} (end it with `klog transactions abort --topic {d.topic} --partition "
+                f"{d.partition} --start-offset {start}`)" for pid, epoch, start in d.hanging) + "".join(
+                f"; its marker lost and its outcome not known: the transaction of producer id {pid} (epoch "
+                f"{epoch}) from offset {start} now ends with its producer's next transaction here"
+                for pid, epoch, start in d.unknown)
             print(f"{d.topic}-{d.partition}: discarded offsets {d.lost} (the damaged batch); the records before "
                   f"and after it stay, readers step over the gap; damaged bytes kept in "
-                  f"{', '.join(d.corrupt_files)} (inspect them, then delete them)")
+                  f"{', '.join(d.corrupt_files)} (inspect them, then delete them){hanging}")
 
 
 def _dump_paths(path: str, data_dir: str | None) -> list[str]:

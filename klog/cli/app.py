@@ -68,7 +68,8 @@ CLUSTER_COMMANDS = {("produce",), ("consume",), ("offsets",),
                     ("groups", "delete"), ("groups", "delete-offsets"), ("replay",), ("spark", "export"),
                     ("spark", "sql"), ("spark", "stream"), ("spark", "run"),
                     ("connect", "run"), ("connect", "worker"), ("registry",),
-                    ("transactions", "list"), ("transactions", "describe"), ("transactions", "abort")}
+                    ("transactions", "list"), ("transactions", "describe"), ("transactions", "abort"),
+                    ("transactions", "find-hanging")}
 BOOTSTRAP_HELP = ("Talk to this Kafka cluster (HOST:PORT[,HOST:PORT...]) instead of the local store; "
                   "a cluster that does not answer fails after $KLOG_CLUSTER_TIMEOUT seconds (10).")
 def _cluster_parameters(has_x: bool) -> list:

@@ -271,6 +271,11 @@ klog transactions list          # state, producer id and epoch, open partitions"
     "klog transactions describe": Entry(
         examples="""seq 1 3 | klog produce events --transactional-id load-1
 klog transactions describe load-1 --json""", files=STORE_FILES, doc="transactions.md"),
+    "klog transactions find-hanging": Entry(
+        examples="""seq 1 3 | klog produce events --transactional-id load-1
+klog transactions find-hanging --topic events   # open past transaction.max.timeout.ms, no coordinator's
+# each one found: klog transactions abort --topic events --partition P --start-offset O""",
+        files=STORE_FILES, doc="transactions.md"),
     "klog transactions abort": Entry(
         examples="""seq 1 3 | klog produce events --transactional-id load-1
 klog transactions abort load-1  # a hanging transaction: ABORT markers, producer fenced""",

@@ -1,16 +1,20 @@
-"""`klog transactions list|describe|abort` (kafka-transactions.sh's verbs): the store's transactional
-ids, their state, and a way to end a transaction left hanging."""
+"""`klog transactions list|describe|find-hanging|abort` (kafka-transactions.sh's verbs): the store's
+transactional ids, their state, the transactions no coordinator will end (KIP-664), and a way to end
+a transaction left hanging."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+from typing import Annotated
 
 import typer
 
 from klog.cli.app import DataDirOpt, JsonOpt, open_store
+from klog.errors import UsageError
 
-app = typer.Typer(help="List and describe transactional producers' transactions, and abort a hanging one.",
+app = typer.Typer(help="List and describe transactional producers' transactions, find hanging ones and abort them.",
                   no_args_is_help=True)
 
 
@@ -50,11 +54,68 @@ def describe(transactional_id: str, data_dir: DataDirOpt = None, as_json: JsonOp
         print(f"{name:18s} {value if value not in ([], -1) else '-'}")
 
 
+@app.command("find-hanging")
+def find_hanging(
+        topic: Annotated[str | None, typer.Option("--topic", help="Search this topic only.")] = None,
+        partition: Annotated[int | None, typer.Option("--partition", help="Search this partition of --topic only.")
+                             ] = None,
+        max_transaction_timeout: Annotated[int | None, typer.Option(
+            "--max-transaction-timeout", min=0, help="Minutes: only transactions whose producer last wrote longer "
+            "ago (default: the store's transaction.max.timeout.ms; 15 through a cluster, as kafka-transactions.sh)."
+        )] = None,
+        data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Open transactions no coordinator will end (KIP-664): per partition, a producer's transaction open
+    for longer than the longest transaction timeout whose transactional id is gone or whose coordinator's
+    transaction does not name the partition. Each holds read_committed readers at its start offset; end it
+    with `klog transactions abort --topic T --partition P --start-offset O`."""
+    if partition is not None and topic is None:
+        raise UsageError("--partition needs --topic")
+    limit = None if max_transaction_timeout is None else max_transaction_timeout * 60_000
+    with open_store(data_dir, create=False, read_only=True) as store:
+        found = store.find_hanging_transactions(topic, partition, limit)
+    now = int(time.time() * 1000)
+    if as_json:
+        for txn in found:
+            print(json.dumps(txn.doc(now)))
+        return
+    from klog.cli.tables import print_table
+
+    print_table(["TOPIC", "PARTITION", "PRODUCER-ID", "EPOCH", "COORDINATOR-EPOCH", "START-OFFSET",
+                 "LAST-TIMESTAMP", "AGE-MIN"],
+                [[t.topic, t.partition, t.producer_id, t.producer_epoch, t.coordinator_epoch, t.start_offset,
+                  t.last_timestamp, t.age_ms(now) // 60_000] for t in found])
+
+
 @app.command()
-def abort(transactional_id: str, data_dir: DataDirOpt = None) -> None:
+def abort(
+        transactional_id: Annotated[str | None, typer.Argument(
+            help="The transactional id whose ongoing transaction to abort.")] = None,
+        topic: Annotated[str | None, typer.Option("--topic", help="With --partition and --start-offset: "
+                                                  "the partition of a hanging transaction.")] = None,
+        partition: Annotated[int | None, typer.Option("--partition", help="The hanging transaction's partition.")
+                             ] = None,
+        start_offset: Annotated[int | None, typer.Option("--start-offset", min=0,
+                                                         help="The hanging transaction's first offset there.")] = None,
+        data_dir: DataDirOpt = None) -> None:
     """Abort the ongoing transaction of TRANSACTIONAL_ID (a hanging one holds every read_committed reader at
     its first record): ABORT markers go to its partitions and its producer is fenced. Through a cluster (-b),
-    as kafka-transactions.sh: the markers go to each partition's leader (ClusterAction needed there)."""
+    as kafka-transactions.sh: the markers go to each partition's leader (ClusterAction needed there).
+
+    With --topic, --partition and --start-offset instead (kafka-transactions.sh abort): an ABORT marker for
+    the producer whose open transaction starts at that offset in that partition, as `find-hanging` lists
+    them; refused while its coordinator still has the transaction ongoing there."""
+    by_offset = (topic, partition, start_offset)
+    if transactional_id is not None and any(v is not None for v in by_offset):
+        raise UsageError("give TRANSACTIONAL_ID or --topic, --partition and --start-offset, not both")
+    if transactional_id is None:
+        if any(v is None for v in by_offset):
+            raise UsageError("give TRANSACTIONAL_ID, or --topic, --partition and --start-offset together")
+        assert topic is not None and partition is not None and start_offset is not None
+        with open_store(data_dir, create=False) as store:
+            txn = store.abort_open_transaction(topic, partition, start_offset)
+        print(f"{topic}-{partition}: transaction of producer id {txn.producer_id} (epoch {txn.producer_epoch}) "
+              f"from offset {start_offset} aborted (ABORT marker written)", file=sys.stderr)
+        return
     with open_store(data_dir, create=False) as store:
         aborted = store.abort_transaction(transactional_id)
         # through a cluster, as kafka-transactions.sh: markers only (the coordinator ends its side)

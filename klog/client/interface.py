@@ -70,3 +70,6 @@ class AnyStore(Protocol):
     def list_transactions(self) -> list[Any]: ...  # klog.meta.transactions.TxnMetadata each
     def describe_transaction(self, transactional_id: str) -> Any: ...  # a TxnMetadata
     def abort_transaction(self, transactional_id: str) -> bool: ...
+    def find_hanging_transactions(self, topic: str | None = None, partition: int | None = None,
+                                  max_timeout_ms: int | None = None) -> list[Any]: ...  # OpenTransaction each
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int) -> Any: ...

@@ -556,6 +556,19 @@ class Store(GroupAdminMethods):
 
         return abort_transaction(self, transactional_id, warn=self.warn)
 
+    def find_hanging_transactions(self, topic: str | None = None, partition: int | None = None,
+                                  max_timeout_ms: int | None = None) -> list:
+        """Open transactions no coordinator will end (KIP-664's find-hanging): klog.broker.hanging."""
+        from klog.client.transactional import find_hanging_transactions
+
+        return find_hanging_transactions(self, topic, partition, max_timeout_ms, warn=self.warn)
+
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int):  # noqa: ANN201 - OpenTransaction
+        """ABORT the hanging transaction starting at `start_offset` in the partition (its marker only)."""
+        from klog.client.transactional import abort_open_transaction
+
+        return abort_open_transaction(self, topic, partition, start_offset, warn=self.warn)
+
     def consumer(self, *topics: str, **kwargs: Any) -> Consumer:
         from klog.client.consumer import Consumer
 

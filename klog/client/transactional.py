@@ -157,3 +157,24 @@ def abort_transaction(store, transactional_id: str, warn=None) -> bool:  # noqa:
     """Abort the id's ongoing transaction (markers written, producer fenced); False if none was open."""
     describe_transaction(store, transactional_id)
     return TxnCoordinator(store, RawAppender(store, warn=warn)).abort(transactional_id)
+
+
+def find_hanging_transactions(store, topic: str | None = None, partition: int | None = None,  # noqa: ANN001
+                              max_timeout_ms: int | None = None, warn=None) -> list:  # noqa: ANN001 - callback
+    """The store's hanging transactions (klog.broker.hanging.OpenTransaction each): open longer than
+    `max_timeout_ms` (the store's transaction.max.timeout.ms by default) and not the coordinator's."""
+    from klog.broker.hanging import find_hanging
+    from klog.broker.txn_coordinator import TRANSACTION_MAX_TIMEOUT, _setting
+
+    if max_timeout_ms is None:
+        max_timeout_ms = _setting(store, TRANSACTION_MAX_TIMEOUT, tx.MAX_TIMEOUT_MS_DEFAULT)
+    return find_hanging(store, RawAppender(store, warn=warn), topic, partition, max_timeout_ms=max_timeout_ms,
+                        now_ms=int(time.time() * 1000))
+
+
+def abort_open_transaction(store, topic: str, partition: int, start_offset: int, warn=None):  # noqa: ANN001, ANN201
+    """ABORT marker for the open transaction starting at `start_offset` in the partition (a hanging
+    one: refused while its coordinator still has it ongoing there); returns it (an OpenTransaction)."""
+    from klog.broker.hanging import abort_open
+
+    return abort_open(store, RawAppender(store, warn=warn), topic, partition, start_offset)

@@ -82,6 +82,11 @@ class TxnMetadata:
     start_ms: int = -1  # when the ongoing transaction began
     update_ms: int = 0
     coordinator_epoch: int = 0  # of the coordinator that last moved it (written in its markers)
+    # the completed transaction's markers this coordinator wrote: tp key -> [the transaction's first
+    # offset there, its marker's offset]. What proves, when a marker is lost with damaged bytes
+    # (verify --discard-damaged), that the outcome here is that transaction's and not a later one's
+    # of the same producer id and epoch (KIP-890 part 1 keeps the epoch across transactions)
+    ended: dict[str, list[int]] = field(default_factory=dict)
 
     def tps(self) -> list[TP]:
         return [(t, int(p)) for t, p in self.partitions]
@@ -96,7 +101,7 @@ class TxnMetadata:
         self.update_ms = now
 
     def clear_transaction(self) -> None:
-        self.partitions, self.groups, self.offsets, self.start_ms = [], [], {}, -1
+        self.partitions, self.groups, self.offsets, self.start_ms, self.ended = [], [], {}, -1, {}
 
     def expired(self, now: int) -> bool:
         return self.state == ONGOING and self.start_ms >= 0 and now > self.start_ms + self.timeout_ms
@@ -250,14 +255,16 @@ def fence_and_abort(meta: TxnMetadata, now: int, coordinator_epoch: int) -> None
     meta.transition(PREPARE_ABORT, now)
 
 
-def complete(meta: TxnMetadata, now: int) -> None:
+def complete(meta: TxnMetadata, now: int, ended: dict[str, list[int]] | None = None) -> None:
     """CompleteCommit / CompleteAbort: the transaction's partitions and offsets go, its start time
     stays (Kafka's prepareComplete keeps txnStartTimestamp: DescribeTransactions shows it, and
-    ListTransactions' duration filter counts from it, not from -1, which listed every ended one)."""
+    ListTransactions' duration filter counts from it, not from -1, which listed every ended one).
+    `ended`: the markers written (see TxnMetadata.ended), kept until the next transaction begins."""
     meta.transition(COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT, now)
     start = meta.start_ms
     meta.clear_transaction()
     meta.start_ms = start
+    meta.ended = dict(ended or {})
 
 
 # -- LMDB ---------------------------------------------------------------------------------------------

@@ -758,6 +758,20 @@ class Cleaning:
             discard(r.cleaned)
 
 
+def damage_blocks_compaction(topic: str, partition: int, error: CorruptLogError) -> CorruptLogError:
+    """The one-line error of a compaction stopped by damage kept in the log (recovery keeps a bad
+    batch below the high watermark in place; the cleaner never rewrites, and so never cuts, what it
+    cannot read): the partition, the offset, and the way past it."""
+    where = ", ".join(x for x in (error.path, None if error.position is None else f"position {error.position}") if x)
+    at = f" at offset {error.offset}" if error.offset is not None else ""
+    out = CorruptLogError(
+        f"cannot compact {topic}-{partition}: a damaged batch{at} ({error.reason}" + (f"; {where}" if where else "")
+        + f"): `klog verify --repair --discard-damaged {topic}` discards its offsets (their bytes kept in a "
+        ".corrupt file; copy the partition's folder first to keep it as it is), then compaction goes on")
+    out.path, out.position, out.offset = error.path, error.position, error.offset
+    return out
+
+
 def build_cleaning(replicas: list[tuple[str, LogConfig]], rng: CleanableRange, now_ms: int, delete_retention_ms: int,
                    throttler: Throttler | None = None, aborted: list[AbortedTxn] | None = None,
                    producer_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> Cleaning:

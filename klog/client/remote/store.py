@@ -403,6 +403,19 @@ class RemoteStore(GroupAdminMethods):
 
         return abort_transaction(self, transactional_id)
 
+    def find_hanging_transactions(self, topic: str | None = None, partition: int | None = None,
+                                  max_timeout_ms: int | None = None) -> list:
+        """kafka-transactions.sh find-hanging (klog.client.remote.txn_admin)."""
+        from klog.client.remote.txn_admin import find_hanging_transactions
+
+        return find_hanging_transactions(self, topic, partition, max_timeout_ms)
+
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int):  # noqa: ANN201 - OpenTransaction
+        """kafka-transactions.sh abort --topic --partition --start-offset: the ABORT marker only."""
+        from klog.client.remote.txn_admin import abort_open_transaction
+
+        return abort_open_transaction(self, topic, partition, start_offset)
+
     def producer(self, transactional_id: str | None = None, **kwargs: Any) -> RemoteProducer:
         """A producer; with `transactional_id`, a transactional one (klog.client.remote.transactional)."""
         if transactional_id is not None:

@@ -227,3 +227,112 @@ def _write_abort(conn: wire.Connection, producer_id: int, epoch: int, coordinato
                     raise _partition_error(f"{topic.name}-{part.partition_index}", int(part.error_code),
                                            "write its ABORT marker")
     return len(tps)
+
+
+# -- hanging transactions (kafka-transactions.sh find-hanging, abort --start-offset) ---------------------
+FIND_HANGING_TIMEOUT_MS = 15 * 60_000  # the tool's --max-transaction-timeout default (15 minutes)
+
+
+def _producers_at(conn: wire.Connection, tps: list[tuple[str, int]]) -> list:
+    """DescribeProducers at one leader: the open transactions of its partitions `tps`
+    (klog.broker.hanging.OpenTransaction each)."""
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_producers.v0.response import DescribeProducersResponse
+    from kio.static.primitive import i32
+
+    from klog.broker.hanging import OpenTransaction
+
+    request = DescribeProducersRequest(topics=tuple(
+        TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(tps).items()))
+    answer = conn.call(request, DescribeProducersResponse)
+    out = []
+    for topic in answer.topics:
+        for part in topic.partitions:
+            tp = (str(topic.name), int(part.partition_index))
+            if int(part.error_code):
+                raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
+            out += [OpenTransaction(tp[0], tp[1], int(s.producer_id), int(s.producer_epoch),
+                                    int(s.current_txn_start_offset), int(s.last_timestamp), int(s.coordinator_epoch))
+                    for s in part.active_producers if int(s.current_txn_start_offset) != NO_TXN]
+    return out
+
+
+def _leaders(store, topic: str | None, partition: int | None) -> dict[tuple[str, int], list[tuple[str, int]]]:  # noqa: ANN001
+    """(host, port) of each leader -> the partitions to search there."""
+    if partition is not None and topic is None:
+        raise UsageError("--partition needs --topic")
+    out: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for name in [topic] if topic is not None else store.topic_names():
+        leaders = store.leaders(name)
+        if partition is not None and partition not in leaders:
+            raise UsageError(f"topic '{name}' has no partition {partition} (it has {len(leaders)})")
+        for p, leader in sorted(leaders.items()):
+            if partition is not None and p != partition:
+                continue
+            if leader is None:
+                raise KlogError(f"partition {name}-{p} has no leader at {store.target.label}")
+            out.setdefault((leader[1], leader[2]), []).append((name, p))
+    return out
+
+
+def _coordinators_of(store, conns: _Connections, producer_ids: set[int]) -> dict[int, TxnMetadata]:  # noqa: ANN001
+    """ListTransactions filtered by producer id at every broker, then DescribeTransactions there:
+    the transactional id state holding each producer id (as the tool's lookupTransactionalIds)."""
+    from kio.schema.list_transactions.v0.request import ListTransactionsRequest
+    from kio.schema.list_transactions.v0.response import ListTransactionsResponse
+    from kio.static.primitive import i64
+
+    if not producer_ids:
+        return {}
+    out: dict[int, TxnMetadata] = {}
+    for broker in sorted(store._metadata(None).brokers.values(), key=lambda b: b.id):
+        conn = conns.to(broker.host, broker.port)
+        listed = conn.call(ListTransactionsRequest(state_filters=(), producer_id_filters=tuple(
+            i64(p) for p in sorted(producer_ids))), ListTransactionsResponse)
+        if int(listed.error_code):
+            raise KlogError(f"cannot list transactions at Kafka broker {conn.address}: "
+                            f"{error_name(int(listed.error_code))}")
+        ids = [str(s.transactional_id) for s in listed.transaction_states if int(s.producer_id) in producer_ids]
+        if ids:
+            out.update({m.producer_id: m for m in _describe_at(conn, ids, store.target.label)})
+    return out
+
+
+def find_hanging_transactions(store, topic: str | None = None, partition: int | None = None,  # noqa: ANN001
+                              max_timeout_ms: int | None = None) -> list:
+    """kafka-transactions.sh find-hanging: DescribeProducers at the leaders, the open transactions
+    older than `max_timeout_ms` (15 minutes by default, as the tool's), kept when no coordinator names
+    their partition (klog.broker.hanging.is_hanging)."""
+    from klog.broker.hanging import candidates, is_hanging
+
+    load_kio()
+    limit = FIND_HANGING_TIMEOUT_MS if max_timeout_ms is None else max_timeout_ms
+    with _Connections(store) as conns:
+        found = []
+        for (host, port), tps in _leaders(store, topic, partition).items():
+            found += candidates(_producers_at(conns.to(host, port), tps), limit, int(time.time() * 1000))
+        docs = _coordinators_of(store, conns, {t.producer_id for t in found})
+    return [t for t in found if is_hanging(t, docs.get(t.producer_id))]
+
+
+def abort_open_transaction(store, topic: str, partition: int, start_offset: int):  # noqa: ANN001, ANN201
+    """kafka-transactions.sh abort --start-offset: the producer whose open transaction in the
+    partition starts there (DescribeProducers), refused when its coordinator still has it ongoing
+    there, else WriteTxnMarkers(ABORT) to the leader; returns it (an OpenTransaction)."""
+    from klog.broker.hanging import still_ongoing
+
+    load_kio()
+    [(host, port)] = list(_leaders(store, topic, partition))  # (one partition: one leader)
+    with _Connections(store) as conns:
+        conn = conns.to(host, port)
+        found = [t for t in _producers_at(conn, [(topic, partition)]) if t.start_offset == start_offset]
+        if not found:
+            raise UsageError(f"{topic}-{partition}: no open transaction starts at offset {start_offset} "
+                             "(`klog transactions find-hanging` lists them)")
+        txn = found[0]
+        reason = still_ongoing(txn, _coordinators_of(store, conns, {txn.producer_id}).get(txn.producer_id))
+        if reason is not None:
+            raise KlogError(reason)
+        # Kafka's TransactionsCommand: an unknown coordinator epoch (-1) is sent as 0
+        _write_abort(conn, txn.producer_id, txn.producer_epoch, max(0, txn.coordinator_epoch), [(topic, partition)])
+    return txn

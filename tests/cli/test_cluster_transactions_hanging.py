@@ -1,0 +1,76 @@
+"""`klog transactions find-hanging -b` and `abort --topic --partition --start-offset -b` against
+`klog serve`, made of the requests kafka-transactions.sh sends (DescribeProducers, ListTransactions
+filtered by producer id, DescribeTransactions, WriteTxnMarkers).
+
+Goal: through a cluster the hanging transaction is found and ended as on the store itself, and a
+transaction its coordinator still runs is refused. Method: `klog serve` in this process, a
+confluent-kafka transactional producer left open, its transactional id then forgotten by the
+coordinator (as after transactional.id.expiration.ms); confluent-kafka's read_committed reader.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+
+import pytest
+
+import klog
+from klog.meta.transactions import TransactionsMeta
+from tests.cli.test_cli import assert_one_line_error
+from tests.server.test_serve_transactions import _read_all
+
+ck = pytest.importorskip("confluent_kafka")
+QUIET = {"log_level": 0}
+
+
+@pytest.mark.slow  # a transactional producer, CLI calls through -b, two read_committed reads: ~3 s
+def test_find_hanging_and_abort_by_offset_through_a_cluster(kafka_server, cli, data_dir):
+    with klog.open(data_dir) as s:
+        s.create_topic("h", 2)
+    b = kafka_server.bootstrap
+    old = int(time.time() * 1000) - 20 * 60_000  # past the tool's 15 minutes
+    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "stuck", "transaction.timeout.ms": 60_000,
+                            **QUIET})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("h", b"hanging-0", partition=0, timestamp=old)
+    producer.produce("h", b"young-1", partition=1)
+    producer.flush(10)
+    plain = ck.Producer({"bootstrap.servers": b, **QUIET})
+    plain.produce("h", b"after", partition=0)
+    plain.flush(10)
+    try:
+        # still Ongoing at its coordinator: not hanging, and not aborted by offset
+        r = cli("transactions", "find-hanging", "-b", b, "--json", "--max-transaction-timeout", "0")
+        assert (r.exit_code, r.out) == (0, ""), r
+        assert_one_line_error(cli("transactions", "abort", "-b", b, "--topic", "h", "--partition", "0",
+                                  "--start-offset", "0"), 1, "is still Ongoing at the coordinator",
+                              "transactional id 'stuck'")
+        with klog.open(data_dir) as s:
+            pid = TransactionsMeta(s.meta).get("stuck").producer_id
+            TransactionsMeta(s.meta).apply("stuck", lambda meta, txn: None)  # the id forgotten
+        r = cli("transactions", "find-hanging", "-b", b, "--json")
+        assert r.exit_code == 0, r
+        [doc] = [json.loads(line) for line in r.out.splitlines()]  # (h-1's is younger than 15 minutes)
+        assert {k: doc[k] for k in ("topic", "partition", "producer_id", "producer_epoch", "start_offset",
+                                    "last_timestamp")} == {
+            "topic": "h", "partition": 0, "producer_id": pid, "producer_epoch": 0, "start_offset": 0,
+            "last_timestamp": old}
+        local = [json.loads(line) for line in cli("transactions", "find-hanging", "--json").out.splitlines()]
+        assert [{**d, "age_ms": 0} for d in local] == [{**doc, "age_ms": 0}]
+        r = cli("transactions", "find-hanging", "-b", b, "--json", "--max-transaction-timeout", "0")
+        assert sorted(json.loads(line)["partition"] for line in r.out.splitlines()) == [0, 1]
+        assert_one_line_error(cli("transactions", "abort", "-b", b, "--topic", "h", "--partition", "0",
+                                  "--start-offset", "1"), 2, "h-0: no open transaction starts at offset 1")
+        assert _read_all(b, "h", 2, "read_committed", limit_s=3) == []
+        r = cli("transactions", "abort", "-b", b, "--topic", "h", "--partition", "0", "--start-offset", "0")
+        assert r.exit_code == 0 and f"transaction of producer id {pid} (epoch 0) from offset 0 aborted" in r.stderr, r
+        assert _read_all(b, "h", 2, "read_committed", expect=1) == [b"after"]
+        r = cli("transactions", "find-hanging", "-b", b, "--json", "--max-transaction-timeout", "0")
+        assert [json.loads(line)["partition"] for line in r.out.splitlines()] == [1]
+    finally:
+        producer.purge()
+        del producer, plain
+        gc.collect()  # librdkafka clients gone before the server: none reconnects and logs into later tests
