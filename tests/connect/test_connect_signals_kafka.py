@@ -210,3 +210,18 @@ def test_changes_skipped_operations_hides_in_a_window_leave_the_chunks_rows(pg_d
                                                    (3, "r", "incremental"), (4, "r", "incremental")]
     assert [r.value is None for r in records(data_dir, "shop.public.items")] == [False, False]
     assert _ops(data_dir, "shop.public.items") == [(30, "c", "false"), (5, "c", "false")]
+
+
+@pytest.mark.slow
+def test_kafka_channel_through_a_klog_serve_address(pg_db, data_dir, kafka_server):
+    """signal.kafka.bootstrap.servers a cluster's address (here klog serve's): read through the cluster
+    client, its group's offsets committed there."""
+    _setup(pg_db)
+    _send(data_dir, ("shop", {"type": "execute-snapshot",
+                              "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+    config = _kafka_config(pg_db, data_dir, **{"signal.kafka.bootstrap.servers": kafka_server.bootstrap})
+    with running(data_dir, config):
+        _slot_made(pg_db)
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the blocking snapshot")
+        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+    assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (2, "r", "true"), (3, "r", "last")]
