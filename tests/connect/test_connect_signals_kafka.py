@@ -225,3 +225,48 @@ def test_kafka_channel_through_a_klog_serve_address(pg_db, data_dir, kafka_serve
         wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the blocking snapshot")
         wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
     assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (2, "r", "true"), (3, "r", "last")]
+
+
+@pytest.mark.slow
+def test_a_kafka_signals_blocking_snapshot_cut_by_a_lost_connection_is_taken_again(pg_db, data_dir, monkeypatch):
+    """The connection lost in the middle of a kafka signal's blocking snapshot: reconnected, the connector
+    takes the snapshot again (the signal kept, its offset committed after the snapshot)."""
+    import psycopg2
+
+    _setup(pg_db)
+    original, cut = PostgresTask._signalled_snapshot, []
+
+    def cut_once(self, plan, resume, done):  # noqa: ANN001, ANN202
+        rows = original(self, plan, resume, done)
+        if not cut:
+            cut.append(True)
+            try:
+                yield next(rows)
+            finally:
+                rows.close()
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        yield from rows
+
+    monkeypatch.setattr(PostgresTask, "_signalled_snapshot", cut_once)
+    warnings: list[str] = []
+    config = _kafka_config(pg_db, data_dir, **{"max.batch.size": "1"})
+    with running(data_dir, config, warnings=warnings):
+        _slot_made(pg_db)
+        _send(data_dir, ("shop", {"type": "execute-snapshot",
+                                  "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 4, what="the snapshot taken again")
+        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+    assert sum("connected to PostgreSQL again" in w for w in warnings) == 1
+    assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (1, "r", "first"), (2, "r", "true"),
+                                                   (3, "r", "last")]
+
+
+def test_the_kafka_channels_keys_are_read_and_its_servers_required(pg_db, data_dir):
+    from klog.connect.worker import validate
+
+    config = _kafka_config(pg_db, data_dir, **{"signal.kafka.topic": "sig", "signal.kafka.poll.timeout.ms": "10",
+                                               "signal.consumer.security.protocol": "PLAINTEXT"})
+    assert validate(config).ignored == []  # none named in the worker's warning of ignored keys
+    del config["signal.kafka.bootstrap.servers"]
+    with pytest.raises(ConfigError, match="missing required configuration signal.kafka.bootstrap.servers"):
+        validate(config)

@@ -1782,6 +1782,10 @@ class PostgresConnector(SourceConnector):
                 raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
                                   f"{kind}.include.list and {kind}.exclude.list cannot both be set")
         check_mapper_keys(self.props)
+        if "kafka" in [ch.strip() for ch in config["signal.enabled.channels"]] and \
+                not config["signal.kafka.bootstrap.servers"].strip():  # (named at validation, not at the task's start)
+            raise ConfigError("signal.kafka.bootstrap.servers", None, "the kafka signal channel reads its topic "
+                              "there: a klog store's path or a cluster (kafka://HOST:PORT, @NAME, HOST:PORT)")
         try:
             import psycopg2  # noqa: F401
         except ImportError:
