@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 
 from klog.connect.config import java_regex
@@ -131,6 +132,9 @@ def stop_snapshot(signal_id: str, data: object) -> list[re.Pattern] | None:
                           f"{e}; the signal is ignored") from None
 
 
+UNASSIGNED_S = 30  # how long the signal consumer may hold no partition before a warning says so
+
+
 class KafkaChannel:
     """Debezium's KafkaSignalChannel: `signal.kafka.topic` (default `<topic.prefix>-signal`) read from
     `signal.kafka.bootstrap.servers` (a klog store's path, or a cluster: kafka://HOST:PORT, @NAME of `klog
@@ -183,12 +187,18 @@ class KafkaChannel:
             self.consumer = self.store.group_consumer(self.group, self.topic, config=GroupConfig(
                 enable_auto_commit=False, auto_offset_reset="earliest", client_id=f"{self.prefix}-signal"))
             self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
+            self.joined = time.monotonic()
         out = []
         for r in next(self.batches, None) or []:
             self.read_to[(r.topic, r.partition)] = r.offset + 1
             got = self.signal(r.key, r.value, r.offset)
             if got is not None:
                 out.append(got)
+        if not out and time.monotonic() - self.joined > UNASSIGNED_S and not self.consumer.assignment():
+            # Debezium's consumer assigns itself partition 0 whatever its group; klog's is the group's member
+            self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
+                                     f"'{self.topic}' (another member of the group holds it): its signals are not "
+                                     "read; give each connector reading the topic its own signal.kafka.groupId")
         return out
 
     def signal(self, key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str, object] | None:

@@ -270,3 +270,26 @@ def test_the_kafka_channels_keys_are_read_and_its_servers_required(pg_db, data_d
     del config["signal.kafka.bootstrap.servers"]
     with pytest.raises(ConfigError, match="missing required configuration signal.kafka.bootstrap.servers"):
         validate(config)
+
+
+def test_a_signal_group_giving_the_connector_no_partition_is_named(data_dir, monkeypatch):
+    """Debezium's consumer assigns itself the partition whatever its group; klog's is a member of
+    signal.kafka.groupId: another member holding the topic (the default group shared) is one warning."""
+    from klog.client.group import GroupConfig
+
+    monkeypatch.setattr(signals, "UNASSIGNED_S", 0)
+    _send(data_dir, ("shop", {"type": "log", "data": {"message": "hi"}}))
+    warnings: list[str] = []
+    with klog.open(data_dir) as store:
+        other = store.group_consumer("kafka-signal", TOPIC, config=GroupConfig(enable_auto_commit=False))
+        try:
+            next(other.batches(timeout_ms=0))
+            channel = signals.KafkaChannel({"signal.kafka.bootstrap.servers": data_dir}, "shop", "pg", warnings.append)
+            try:
+                assert channel.read() == [] and channel.read() == []
+            finally:
+                channel.close()
+        finally:
+            other.close()
+    assert sum("signal.kafka.groupId 'kafka-signal' gives this connector no partition of 'shop-signal'" in w
+               for w in warnings) == 1
