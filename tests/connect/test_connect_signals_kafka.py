@@ -293,3 +293,42 @@ def test_a_signal_group_giving_the_connector_no_partition_is_named(data_dir, mon
             other.close()
     assert sum("signal.kafka.groupId 'kafka-signal' gives this connector no partition of 'shop-signal'" in w
                for w in warnings) == 1
+
+
+@pytest.mark.slow
+def test_a_kafka_resume_cut_by_a_lost_connection_is_acted_on_once_reconnected(pg_db, data_dir, monkeypatch):
+    """The connection lost while a kafka resume-snapshot reads the next chunk: reconnected, the connector
+    acts on the signal again (it is not lost with the connection) and the snapshot ends."""
+    import psycopg2
+
+    _setup(pg_db)
+    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
+    watermark, next_chunk, done, cut = PostgresTask._watermark, PostgresTask._next_chunk, [], []
+
+    def pause_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
+        if kind == "snapshot-window-close" and not done:
+            done.append(True)
+            _signal(pg_db, "p1", {}, kind="pause-snapshot")
+        watermark(self, chunk_id, kind)
+
+    def cut_once(self):  # noqa: ANN001, ANN202
+        if cut == ["armed"] and not (self.incremental or {}).get("paused"):
+            cut.append("cut")
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        next_chunk(self)
+
+    monkeypatch.setattr(PostgresTask, "_watermark", pause_in_window)
+    monkeypatch.setattr(PostgresTask, "_next_chunk", cut_once)
+    warnings: list[str] = []
+    config = _kafka_config(pg_db, data_dir, **{"incremental.snapshot.chunk.size": "2"})
+    with running(data_dir, config, warnings=warnings):
+        _slot_made(pg_db)
+        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+        wait_for(lambda: any("incremental snapshot 'i1' paused" in w for w in warnings), what="the pause")
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
+        cut.append("armed")
+        _send(data_dir, ("shop", {"type": "resume-snapshot"}))
+        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    assert cut == ["armed", "cut"]
+    assert sum("connected to PostgreSQL again" in w for w in warnings) == 1
+    assert _ops(data_dir, "shop.public.extra") == [(i, "r", "incremental") for i in range(1, 6)]

@@ -770,7 +770,11 @@ class PostgresTask(SourceTask):
             at.setdefault("lsn", self.lsn_safe)
             at.setdefault("txId", None)
             at.setdefault("ts_usec", self.last_commit_ts_us)
-            self._act(signal_id, kind, data, at)
+            try:
+                self._act(signal_id, kind, data, at)
+            except BaseException:  # the connection lost (a chunk's watermark): acted on again once reconnected
+                self.kafka_pending = list(got[n:])
+                raise
             if self.snapshot_rows is not None:
                 # a blocking snapshot: the signals after it acted on after it, and the offsets committed only
                 # then, so a snapshot cut short is taken again after a restart (its signal read again)
@@ -782,6 +786,7 @@ class PostgresTask(SourceTask):
         else:
             offset.pop("incremental_snapshot", None)
         self.context.request_offset_commit(self.partition, offset)
+        self.returned = offset  # (stored after this poll: what a reconnect goes on from)
         if self.kafka_hold is None and not self.kafka_pending:
             self._kafka_commit()
         return True
