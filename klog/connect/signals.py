@@ -1,23 +1,26 @@
-"""Debezium's signals through the source channel (SourceSignalChannel): a row inserted into the table named by
-`signal.data.collection` and seen in the change stream is a signal, its columns read by position as
-Debezium reads them: id, type, data (a JSON text).
+"""Debezium's signals: the source channel (SourceSignalChannel: a row inserted into the table named by
+`signal.data.collection` and seen in the change stream is a signal, its columns read by position as Debezium
+reads them: id, type, data, a JSON text) and the kafka channel (KafkaSignalChannel: records of
+`signal.kafka.topic` keyed by the connector's `topic.prefix`, their value JSON {"id", "type", "data"}, read
+by a consumer of group `signal.kafka.groupId` whose offsets are committed once acted on).
 
 Taken: `execute-snapshot` (Debezium's ExecuteSnapshot) of type `blocking` (streaming pauses at the signal,
 the tables named by `data-collections` are read as the initial snapshot reads them, op `r`, then streaming
 goes on after the signal) and `incremental` (chunks between watermarks, DBLog's algorithm, in the PostgreSQL
 task), with `additional-conditions` (`[{"data-collection": ..., "filter": ...}]`, or the older single
-`additional-condition`); `stop-snapshot` of an incremental snapshot; `log`. Other types (`pause-snapshot`,
-`resume-snapshot`, `schema-changes`, ...) are named in a warning and ignored. Only the `source` channel is
-read; the others of `signal.enabled.channels` (kafka, jmx, file, in-process) are named in a
-warning."""
+`additional-condition`); `stop-snapshot`, `pause-snapshot` and `resume-snapshot` of an incremental snapshot;
+`log`. Other types (`schema-changes`, ...) are named in a warning and ignored. Of the other channels of
+`signal.enabled.channels`, jmx, file and in-process are named in a warning."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 
 from klog.connect.config import java_regex
+from klog.connect.errors import ConfigError
 
 CHANNELS = ("source", "kafka", "jmx", "file", "in-process")
 
@@ -127,3 +130,112 @@ def stop_snapshot(signal_id: str, data: object) -> list[re.Pattern] | None:
     except re.error as e:
         raise SignalError(f"stop-snapshot signal {signal_id!r}: a data-collection is not a regular expression: "
                           f"{e}; the signal is ignored") from None
+
+
+UNASSIGNED_S = 30  # how long the signal consumer may hold no partition before a warning says so
+
+
+class KafkaChannel:
+    """Debezium's KafkaSignalChannel: `signal.kafka.topic` (default `<topic.prefix>-signal`) read from
+    `signal.kafka.bootstrap.servers` (a klog store's path, or a cluster: kafka://HOST:PORT, @NAME of `klog
+    clusters`, HOST:PORT; `signal.consumer.*` are the cluster client's properties) by a consumer of group
+    `signal.kafka.groupId` (default kafka-signal) starting at the earliest offset. A record keyed by another
+    name than topic.prefix is ignored, as Debezium's; the offsets of what was read are committed once it is
+    acted on (commit()), so a restart does not read a signal again."""
+
+    def __init__(self, props: dict[str, str], prefix: str, connector: str, warn) -> None:  # noqa: ANN001
+        self.prefix, self.where, self.warn = prefix, f"connector '{connector}'", warn
+        self.topic = props.get("signal.kafka.topic", "").strip() or f"{prefix}-signal"
+        self.group = props.get("signal.kafka.groupId", "").strip() or "kafka-signal"
+        servers = props.get("signal.kafka.bootstrap.servers", "").strip()
+        if not servers:
+            raise ConfigError("signal.kafka.bootstrap.servers", None, "the kafka signal channel reads its topic "
+                              "there: a klog store's path or a cluster (kafka://HOST:PORT, @NAME, HOST:PORT)")
+        timeout = props.get("signal.kafka.poll.timeout.ms", "0").strip() or "0"
+        if not timeout.isdigit():
+            raise ConfigError("signal.kafka.poll.timeout.ms", timeout, "a number of milliseconds, 0 or more")
+        self.timeout_ms = int(timeout)
+        properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
+                      if k.startswith("signal.consumer.")]
+        from klog.client.remote.target import open_endpoint
+        from klog.errors import KlogError
+
+        try:
+            self.store = open_endpoint(servers, None, properties, create=False, on_warning=warn)
+        except KlogError as e:
+            raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e)) from None
+        self.consumer = None
+        self.batches = None
+        self.read_to: dict[tuple[str, int], int] = {}  # what commit() commits
+        self.told: set[str] = set()  # what was warned of once
+
+    def _once(self, what: str, message: str) -> None:
+        if what not in self.told:
+            self.told.add(what)
+            self.warn(f"{self.where}: {message}")
+
+    def read(self) -> list[tuple[str, str, object]]:
+        """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
+        left out, as is a topic that does not exist yet (looked for again at the next read)."""
+        if self.consumer is None:
+            from klog.client.group import GroupConfig
+
+            if not self.store.has_topic(self.topic):
+                self._once("topic", f"signal.kafka.topic '{self.topic}' does not exist (yet): no signal is read "
+                                    "from it until it does")
+                return []
+            self.consumer = self.store.group_consumer(self.group, self.topic, config=GroupConfig(
+                enable_auto_commit=False, auto_offset_reset="earliest", client_id=f"{self.prefix}-signal"))
+            self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
+            self.joined = time.monotonic()
+        out = []
+        for r in next(self.batches, None) or []:
+            self.read_to[(r.topic, r.partition)] = r.offset + 1
+            got = self.signal(r.key, r.value, r.offset)
+            if got is not None:
+                out.append(got)
+        if not out and time.monotonic() - self.joined > UNASSIGNED_S and not self.consumer.assignment():
+            # Debezium's consumer assigns itself partition 0 whatever its group; klog's is the group's member
+            self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
+                                     f"'{self.topic}' (another member of the group holds it): its signals are not "
+                                     "read; give each connector reading the topic its own signal.kafka.groupId")
+        return out
+
+    def signal(self, key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str, object] | None:
+        """One record as KafkaSignalChannel.processSignal reads it: None for another connector's (its key
+        not topic.prefix), an empty value, or a malformed one (named in a warning)."""
+        name = key.decode("utf-8", "replace") if key is not None else None
+        if name != self.prefix:
+            self._once(f"key:{name}", f"signal.kafka.topic '{self.topic}' offset {offset}: key {name!r} is not "
+                                      f"this connector's topic.prefix '{self.prefix}': ignored, as Debezium "
+                                      "ignores it (each such key named once)")
+            return None
+        if not value:
+            return None
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("type"), str) or not doc["type"]:
+            self.warn(f"{self.where}: signal.kafka.topic '{self.topic}' offset {offset}: not a signal (a JSON "
+                      'object {"type": ..., "data": {...}}): ignored')
+            return None
+        signal_id = doc.get("id")
+        return (str(signal_id) if signal_id is not None else f"{self.topic}-{offset}"), doc["type"], doc.get("data")
+
+    def commit(self) -> None:
+        """The offsets of the signals read committed (Debezium's consumer commits them)."""
+        if self.consumer is not None and self.read_to:
+            self.consumer.commit(dict(self.read_to))
+            self.read_to = {}
+
+    def close(self, commit: bool = True) -> None:
+        try:
+            if self.consumer is not None:
+                try:
+                    if commit:
+                        self.commit()
+                finally:
+                    self.consumer.close()
+        finally:
+            self.store.close()

@@ -148,22 +148,22 @@ def test_signals_klog_does_not_take_are_named_and_ignored(pg_db, data_dir):
     _setup(pg_db)
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
-                                                            "signal.enabled.channels": "source,kafka"})
+                                                            "signal.enabled.channels": "source,jmx"})
     with running(data_dir, config, warnings=warnings):
         _slot_made(pg_db)
         _signal(pg_db, "s1", {"data-collections": ["public.extra"], "type": "other"})
         _signal(pg_db, "s2", {"data-collections": ["public.extra"], "type": "blocking",
                               "additional-conditions": [{"data-collection": "public.extra", "filter": "nope = 1"}]})
         _signal(pg_db, "s3", {"data-collections": ["public.nothing"], "type": "blocking"})
-        _signal(pg_db, "s4", {}, kind="pause-snapshot")
+        _signal(pg_db, "s4", {}, kind="schema-changes")
         pg_db.execute("INSERT INTO items VALUES (3, 'three')")
         wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the signals")
         wait_for(lambda: any("'s3'" in w for w in warnings), what="the warnings")
     assert records(data_dir, "shop.public.extra") == []
     text = "\n".join(warnings)
-    assert "signal.enabled.channels: kafka not implemented" in text
+    assert "signal.enabled.channels: jmx not implemented" in text
     assert "signal 's1': type 'other' is not implemented" in text
-    assert "signal 's4': type 'pause-snapshot' is not implemented" in text
+    assert "signal 's4': type 'schema-changes' is not implemented" in text
     assert "'s2': the additional condition of public.extra fails" in text
     assert "'s3': data-collections public.nothing name no table" in text
     assert len(records(data_dir, "shop.public.debezium_signal")) == 4  # captured like any table, as Debezium's

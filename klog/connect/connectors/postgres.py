@@ -670,16 +670,26 @@ class PostgresTask(SourceTask):
     # -- signals (klog/connect/signals.py) ----------------------------------------------------------
     def _signals_setup(self) -> None:
         """signal.data.collection: the signal table, read through the source channel (its inserts in the
-        change stream); the other channels of signal.enabled.channels are named in a warning."""
+        change stream); signal.kafka.*: the kafka channel's topic, read while streaming once every
+        signal.poll.interval.ms; the other channels of signal.enabled.channels are named in a warning."""
         name = self.c["signal.data.collection"].strip()
         channels = [ch.strip() for ch in self.c["signal.enabled.channels"] if ch.strip()]
-        others = [ch for ch in channels if ch != "source"]
+        others = [ch for ch in channels if ch not in ("source", "kafka")]
         if others:
             self.context.warn(f"connector '{self.context.connector_name}': signal.enabled.channels: "
                               f"{', '.join(others)} not implemented (klog reads the source channel, the "
-                              "signal.data.collection table); ignored")
+                              "signal.data.collection table, and the kafka channel); ignored")
+        self.source_channel = "source" in channels
+        self.kafka: signals.KafkaChannel | None = None
+        self.kafka_due = 0.0
+        self.kafka_pending: list[tuple[str, str, object]] = []
+        self.kafka_hold: tuple[str, str, object] | None = None  # the kafka signal of a blocking snapshot under way
+        if "kafka" in channels:
+            self.kafka = signals.KafkaChannel(self.props, self.prefix, self.context.connector_name, self.context.warn)
         self.signal_table: tuple[str, str] | None = None
-        if name and "source" in channels:
+        # the signal table: the source channel's, and where an incremental snapshot's watermarks are written
+        # (as Debezium's, whatever channel asked for it)
+        if name:
             try:
                 self.signal_table = signals.signal_table(name, self.c["database.dbname"])
             except signals.SignalError as e:
@@ -694,14 +704,26 @@ class PostgresTask(SourceTask):
         """A row inserted into the signal table: acted on where it is in the stream. An execute-snapshot of
         type blocking pauses streaming after it for the snapshot of the tables it names (_poll reads the
         records of snapshot_rows first); a signal klog does not take is named in a warning and ignored."""
-        where = f"connector '{self.context.connector_name}'"
         try:
             signal_id, kind, data = signals.parse(["" if v is pgoutput.UNCHANGED_TOAST else v for v in values])
-            if kind in ("snapshot-window-open", "snapshot-window-close"):
-                self._watermark_seen(signal_id, kind)
-                return
+        except signals.SignalError as e:
+            self.context.warn(f"connector '{self.context.connector_name}': {e}")
+            return
+        if kind in ("snapshot-window-open", "snapshot-window-close"):
+            self._watermark_seen(signal_id, kind)
+        elif self.source_channel:
+            self._act(signal_id, kind, data)
+
+    def _act(self, signal_id: str, kind: str, data: object, at: dict | None = None) -> None:
+        """A signal acted on: a source channel's where it is in the stream, a kafka channel's (`at`: the offset
+        of the last change handed over) between two messages of the stream."""
+        where = f"connector '{self.context.connector_name}'"
+        try:
             if kind == "stop-snapshot":
                 self._stop_incremental(signal_id, data)
+                return
+            if kind in ("pause-snapshot", "resume-snapshot"):
+                self._pause_incremental(signal_id, kind == "pause-snapshot")
                 return
             if kind == "log":
                 message = data.get("message") if isinstance(data, dict) else None
@@ -714,10 +736,73 @@ class PostgresTask(SourceTask):
             self.context.warn(f"{where}: {e}")
             return
         if plan.kind == "incremental":
+            if self.signal_table is None:
+                self.context.warn(f"{where}: execute-snapshot signal {plan.id!r}: an incremental snapshot writes its "
+                                  "watermarks to the signal table: it needs signal.data.collection, as Debezium's; "
+                                  "the signal is ignored")
+                return
             self._start_incremental(plan)
+            return
+        if at is not None:  # a kafka signal: its offset committed once the snapshot ended
+            self.kafka_hold = (signal_id, kind, data)
+            self.snapshot_rows = self._kafka_held(self._signalled_snapshot(plan, at, at))
             return
         done = self._signal_offset()
         self.snapshot_rows = self._signalled_snapshot(plan, {**done, "event": self.event - 1}, done)
+
+    def _kafka_signals(self) -> bool:
+        """The kafka channel's signals come since its last read, acted on now (between two messages of the
+        stream); their offsets committed. True when one was: the progress they made (an incremental snapshot
+        started, paused, resumed or stopped) is stored now, with no record of this poll after it."""
+        got, self.kafka_pending = self.kafka_pending, []
+        if not got:
+            try:
+                got = self.kafka.read()
+            except Exception as e:  # noqa: BLE001 - the cluster unreachable, the group fenced: read again later
+                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel failed "
+                                  f"({_first_line(e)}); read again in {self.c['signal.poll.interval.ms']} ms")
+                return False
+        if not got:
+            self._kafka_commit()  # (what was read: ignored records, the signals before a blocking snapshot's end)
+            return False
+        for n, (signal_id, kind, data) in enumerate(got):
+            at = self._current_offset()
+            at.setdefault("lsn", self.lsn_safe)
+            at.setdefault("txId", None)
+            at.setdefault("ts_usec", self.last_commit_ts_us)
+            try:
+                self._act(signal_id, kind, data, at)
+            except BaseException:  # the connection lost (a chunk's watermark): acted on again once reconnected
+                self.kafka_pending = list(got[n:])
+                raise
+            if self.snapshot_rows is not None:
+                # a blocking snapshot: the signals after it acted on after it, and the offsets committed only
+                # then, so a snapshot cut short is taken again after a restart (its signal read again)
+                self.kafka_pending = list(got[n + 1:])
+                break
+        offset = self._current_offset()
+        if self.incremental is not None:
+            offset["incremental_snapshot"] = self.incremental
+        else:
+            offset.pop("incremental_snapshot", None)
+        self.context.request_offset_commit(self.partition, offset)
+        self.returned = offset  # (stored after this poll: what a reconnect goes on from)
+        if self.kafka_hold is None and not self.kafka_pending:
+            self._kafka_commit()
+        return True
+
+    def _kafka_held(self, rows: Iterator[ConnectRecord]) -> Iterator[ConnectRecord]:
+        """A kafka signal's blocking snapshot: until its last record, the signal's offset is not committed
+        (a restart reads it again and takes the snapshot again; a reconnect takes it again too)."""
+        yield from rows
+        self.kafka_hold = None
+
+    def _kafka_commit(self) -> None:
+        try:
+            self.kafka.commit()
+        except Exception as e:  # noqa: BLE001 - committed with the next read
+            self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel's offsets were "
+                              f"not committed ({_first_line(e)})")
 
     def _signal_offset(self) -> dict:
         """The offset of the signal being handled (a change's, as _insert makes it)."""
@@ -854,6 +939,28 @@ class PostgresTask(SourceTask):
         self.context.warn(f"connector '{self.context.connector_name}': stop-snapshot signal {signal_id!r}: "
                           "incremental snapshot stopped" + (f" for {', '.join(names)}" if names else ""))
 
+    def _pause_incremental(self, signal_id: str, pause: bool) -> None:
+        """pause-snapshot / resume-snapshot (Debezium's PauseIncrementalSnapshot, ResumeIncrementalSnapshot):
+        no chunk is read while paused (a window open goes on to its close), and the next one is when resumed.
+        Unlike Debezium's (a flag in memory), the pause is kept in the offsets: it outlasts a restart."""
+        where = f"connector '{self.context.connector_name}'"
+        state = self.incremental
+        kind = "pause-snapshot" if pause else "resume-snapshot"
+        if state is None or bool(state.get("paused")) == pause:
+            self.context.warn(f"{where}: {kind} signal {signal_id!r}: no incremental snapshot is "
+                              + ("running" if state is None else "paused" if not pause else "running unpaused")
+                              + "; nothing to do")
+            return
+        if pause:
+            self.incremental = {**state, "paused": True}
+            self.context.warn(f"{where}: {kind} signal {signal_id!r}: incremental snapshot {state['id']!r} paused "
+                              "(a resume-snapshot signal resumes it)")
+            return
+        self.incremental = {k: v for k, v in state.items() if k != "paused"}
+        self.context.warn(f"{where}: {kind} signal {signal_id!r}: incremental snapshot {state['id']!r} resumed")
+        if self.window is None:
+            self._next_chunk()
+
     def _next_chunk(self) -> None:
         """The next chunk of the incremental snapshot: the open watermark written to the signal table, the
         chunk (by primary key, after the last key read, up to the table's maximum key at its start) read into
@@ -866,6 +973,8 @@ class PostgresTask(SourceTask):
         where = f"connector '{self.context.connector_name}'"
         while self.incremental is not None:
             state = self.incremental
+            if state.get("paused"):
+                return  # (resume-snapshot reads the next chunk)
             if not state["tables"]:
                 self.context.warn(f"{where}: incremental snapshot {state['id']!r} finished")
                 self.incremental, self.window = None, None
@@ -1036,6 +1145,9 @@ class PostgresTask(SourceTask):
             self.stored = self.returned  # what was handed over is delivered: skipped when streamed again
         self.relations, self.tx, self.tx_counts, self.tx_sources = {}, None, None, {}
         self.stream_started, self.snapshot_rows, self.event, self.last_offset = False, None, 0, None
+        if self.kafka_hold is not None:  # a kafka signal's blocking snapshot cut short: taken again
+            self.kafka_pending.insert(0, self.kafka_hold)
+            self.kafka_hold = None
         self._incremental_resume()
         try:
             self._connect()
@@ -1183,6 +1295,10 @@ class PostgresTask(SourceTask):
         if self.chunk_due:  # an incremental snapshot resumed after a restart: its next chunk
             self.chunk_due = False
             self._next_chunk()
+        if self.kafka is not None and (self.kafka_pending or time.monotonic() >= self.kafka_due):
+            self.kafka_due = time.monotonic() + self.c["signal.poll.interval.ms"] / 1000
+            if self._kafka_signals():
+                return out  # (their progress stored after this poll: no record of what comes after)
         deadline = time.monotonic() + self.c["poll.interval.ms"] / 1000
         try:
             while len(out) < self.c["max.batch.size"]:
@@ -1319,9 +1435,10 @@ class PostgresTask(SourceTask):
         if before is not None and info["keys"] and any(before.get(k) != after.get(k) for k in info["keys"]) \
                 and (message.old_is_key or info["rel"].replica_identity == "f"):  # the old key was sent
             # a primary key change: Debezium's delete (+ tombstone) of the old key, create of the new
+            # (each of them left out when skipped.operations names it, as Debezium's receiver skips it)
             old = {n: before.get(n) for n in info["names"]}
-            return [*self._event(info, "d", old, None, ts_ms, source, offset),
-                    *self._event(info, "c", None, after, ts_ms, source, offset)]
+            return [*([] if "d" in self.skipped else self._event(info, "d", old, None, ts_ms, source, offset)),
+                    *([] if "c" in self.skipped else self._event(info, "c", None, after, ts_ms, source, offset))]
         if message.old_is_key:
             before = None  # only the key was sent: Debezium's before is null under REPLICA IDENTITY DEFAULT
         return [] if "u" in self.skipped else self._event(info, "u", before, after, ts_ms, source, offset)
@@ -1344,6 +1461,14 @@ class PostgresTask(SourceTask):
     def stop(self) -> None:
         repl = getattr(self, "repl", None)
         _close(repl)
+        kafka = getattr(self, "kafka", None)
+        if kafka is not None:
+            try:
+                # the offsets of the signals acted on committed; not those of a blocking snapshot cut short
+                kafka.close(commit=self.kafka_hold is None and not self.kafka_pending)
+            except Exception as e:  # noqa: BLE001 - the stop goes on
+                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel did not "
+                                  f"close cleanly ({_first_line(e)})")
         try:
             c, conn = getattr(self, "c", None), getattr(self, "conn", None)
             if c is not None and c["slot.drop.on.stop"] and repl is not None and conn is not None and \
@@ -1639,6 +1764,11 @@ class PostgresConnector(SourceConnector):
                   .define("topic.heartbeat.prefix", default="__debezium-heartbeat")
                   .define("signal.data.collection", default="")
                   .define("signal.enabled.channels", "list", ["source"])
+                  .define("signal.poll.interval.ms", "long", 5000, at_least=0)
+                  .define("signal.kafka.topic", default="")
+                  .define("signal.kafka.bootstrap.servers", default="")
+                  .define("signal.kafka.groupId", default="kafka-signal")
+                  .define("signal.kafka.poll.timeout.ms", "long", 0, at_least=0)
                   .define("incremental.snapshot.chunk.size", "int", 1024, at_least=1))
     unimplemented = UNIMPLEMENTED
     task_class = PostgresTask
@@ -1646,8 +1776,10 @@ class PostgresConnector(SourceConnector):
     @classmethod
     def known_key(cls, key: str) -> bool:
         """The keys this connector reads whose names are patterns (config_def cannot list them): the column
-        mappers' and each table's snapshot.select.statement.overrides.<schema>.<table>."""
-        return bool(MAPPER_KEY.fullmatch(key)) or key.startswith("snapshot.select.statement.overrides.")
+        mappers', each table's snapshot.select.statement.overrides.<schema>.<table> and the kafka signal
+        channel's client properties, signal.consumer.*."""
+        return bool(MAPPER_KEY.fullmatch(key)) or key.startswith(("snapshot.select.statement.overrides.",
+                                                                  "signal.consumer."))
 
     def validate(self, config: dict[str, Any]) -> None:
         for kind in ("table", "column"):
@@ -1655,6 +1787,10 @@ class PostgresConnector(SourceConnector):
                 raise ConfigError(f"{kind}.exclude.list", ",".join(config[f"{kind}.exclude.list"]),
                                   f"{kind}.include.list and {kind}.exclude.list cannot both be set")
         check_mapper_keys(self.props)
+        if "kafka" in [ch.strip() for ch in config["signal.enabled.channels"]] and \
+                not config["signal.kafka.bootstrap.servers"].strip():  # (named at validation, not at the task's start)
+            raise ConfigError("signal.kafka.bootstrap.servers", None, "the kafka signal channel reads its topic "
+                              "there: a klog store's path or a cluster (kafka://HOST:PORT, @NAME, HOST:PORT)")
         try:
             import psycopg2  # noqa: F401
         except ImportError:
