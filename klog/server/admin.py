@@ -108,6 +108,13 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         validate_only = bool(getattr(request, "validate_only", False))  # v1+
         err, message, meta = await ctx.run_blocking(_create_one, ctx, t, validate_only)
         configs = None
+        if meta is not None and not ctx.authorize("DESCRIBE_CONFIGS", "TOPIC", str(t.name)):
+            # Kafka's controller: the created topic's configs, partitions and replication factor
+            # are for those who may DescribeConfigs it; the others are told so in its own field
+            results.append(make(mod.CreatableTopicResult, name=t.name, topic_id=topic_uuid(meta.topic_id),
+                                error_code=err, error_message=message, num_partitions=-1, replication_factor=-1,
+                                topic_config_error_code=E.topic_authorization_failed, configs=()))
+            continue
         if meta is not None and hasattr(mod, "CreatableTopicConfigs"):
             # the configs as created, not read again: a delete from another client may come first
             configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
@@ -125,13 +132,22 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
 def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E, str | None, str | None, Any]:
     store = ctx.store
     try:
-        if name is None:
+        by_id = name is None
+        if by_id:
             found = [t for t in store.list_topics() if topic_uuid(t.topic_id) == topic_id]
             if not found:
                 return E.unknown_topic_id, None, f"unknown topic id {topic_id}", topic_id
             name = found[0].name
         if not ctx.authorize("DELETE", "TOPIC", name):
-            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", topic_id or ZERO_UUID
+            # Kafka's controller: a topic named by id keeps its name from a caller that may not
+            # Describe it; one named by name and describable, but not there, is unknown
+            describable = ctx.authorize("DESCRIBE", "TOPIC", name)
+            if by_id:
+                return (E.topic_authorization_failed, name if describable else None,
+                        f"{ctx.principal} may not delete it", topic_id)
+            if describable and not store.has_topic(name):
+                return E.unknown_topic_or_partition, name, f"unknown topic '{name}'", ZERO_UUID
+            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", ZERO_UUID
         if name in INTERNAL_TOPICS:
             return E.invalid_request, name, f"deletion of internal topic {name} is prohibited", topic_id or ZERO_UUID
         ctx.server.appender.forget_producer_states(name)

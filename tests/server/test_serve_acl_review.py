@@ -1,0 +1,226 @@
+"""A hostile review of `klog serve`'s authorization against Kafka 3.9's KafkaApis/ControllerApis: each
+test is a case where klog answered otherwise than Kafka does, or one where leaking was likely.
+
+The server listens on PLAINTEXT, so every client is User:ANONYMOUS; each test gives ANONYMOUS the
+bindings its case needs (a binding for User:nobody keeps the table non-empty, so
+allow.everyone.if.no.acl.found is off). Real clients (confluent-kafka) where they expose the API,
+kio-encoded requests where the field at stake is one clients hide.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import uuid
+
+import pytest
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta
+
+import klog
+from klog.meta.acls import AclsMeta
+from klog.protocol.kafka import E
+from klog.protocol.schemas import payload_module
+from klog.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from klog.server import Server
+from tests.serve_helpers import RawClient
+
+T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
+ANON = "User:ANONYMOUS"
+TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=5))
+
+
+def allow(rtype: ResourceType, name: str, op: Operation, pattern: PatternType = PatternType.LITERAL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, ANON, "*", op, Permission.ALLOW)
+
+
+def deny(rtype: ResourceType, name: str, op: Operation, pattern: PatternType = PatternType.LITERAL) -> AclBinding:
+    return AclBinding(rtype, name, pattern, ANON, "*", op, Permission.DENY)
+
+
+@pytest.fixture
+def server(data_dir):
+    store = klog.open(data_dir)
+    acls = AclsMeta(store.meta)
+    acls.add([AclBinding(T, "unrelated", PatternType.LITERAL, "User:nobody", "*", Operation.READ, Permission.ALLOW)])
+    store.create_topic("secret", partitions=1)
+    with Server(store=store, listen=("127.0.0.1", 0), idle_ms=30_000) as srv:
+        srv.acls = acls
+        srv.bootstrap = f"127.0.0.1:{srv.port}"
+        yield srv
+        gc.collect()  # librdkafka clients gone before the server
+    store.close()
+
+
+def grant(server, *bindings: AclBinding) -> None:
+    """ANONYMOUS's bindings are exactly `bindings` (applied at once)."""
+    server.acls.remove(AclFilter(principal=ANON))
+    if bindings:
+        server.acls.add(list(bindings))
+    server.security.authorizer.invalidate()
+
+
+# -- InitProducerId of an idempotent producer: Kafka's authorizeByResourceType (KIP-679) ----------------
+def _init_producer_id(port: int) -> int:
+    with RawClient(port) as c:
+        r = c.send(22, 4, transactional_id=None, transaction_timeout=TIMEOUT, producer_id=-1, producer_epoch=-1)
+    return r.error_code
+
+
+@pytest.mark.parametrize(("bindings", "allowed"), [
+    # a wildcard DENY refuses whatever else allows (Kafka returns DENIED at once)
+    ([allow(T, "orders", Operation.WRITE), deny(T, "*", Operation.WRITE)], False),
+    ([allow(T, "orders", Operation.ALL), deny(T, "*", Operation.ALL)], False),
+    # an ALLOW dominated by a DENY of a prefix of it, or of the same literal name
+    ([allow(T, "orders-eu", Operation.WRITE), deny(T, "orders-", Operation.WRITE, PatternType.PREFIXED)], False),
+    ([allow(T, "orders-", Operation.WRITE, PatternType.PREFIXED),
+      deny(T, "ord", Operation.WRITE, PatternType.PREFIXED)], False),
+    ([allow(T, "orders", Operation.WRITE), deny(T, "orders", Operation.WRITE)], False),
+    # not dominated: a literal DENY does not cover a prefixed ALLOW, nor a longer prefix a shorter one
+    ([allow(T, "orders-", Operation.WRITE, PatternType.PREFIXED), deny(T, "orders-eu", Operation.WRITE)], True),
+    ([allow(T, "orders-", Operation.WRITE, PatternType.PREFIXED),
+      deny(T, "orders-eu", Operation.WRITE, PatternType.PREFIXED)], True),
+    ([allow(T, "orders", Operation.WRITE), deny(T, "other", Operation.WRITE)], True),
+    ([allow(T, "*", Operation.WRITE), deny(T, "orders", Operation.WRITE)], True),
+    # Read is not Write; IdempotentWrite on the cluster is enough alone
+    ([allow(T, "orders", Operation.READ)], False),
+    ([allow(C, "kafka-cluster", Operation.IDEMPOTENT_WRITE), deny(T, "*", Operation.WRITE)], True),
+])
+def test_idempotent_init_producer_id_decides_as_kafkas_authorize_by_resource_type(server, bindings, allowed):
+    grant(server, *bindings)
+    expected = E.none if allowed else E.cluster_authorization_failed
+    assert _init_producer_id(server.port) == expected
+
+
+def test_an_idempotent_producer_under_a_wildcard_deny_fails_with_kafkas_error(server):
+    """confluent-kafka's idempotent producer (InitProducerId first): refused, its fatal error
+    names the cluster authorization, as with Kafka; nothing is written."""
+    ck = pytest.importorskip("confluent_kafka")
+    grant(server, allow(T, "secret", Operation.WRITE), allow(T, "secret", Operation.DESCRIBE),
+          deny(T, "*", Operation.WRITE))
+    p = ck.Producer({"bootstrap.servers": server.bootstrap, "enable.idempotence": True, "message.timeout.ms": 5000,
+                     "log_level": 0})
+    p.produce("secret", b"x")
+    import time
+
+    fatal = None
+    deadline = time.monotonic() + 10
+    while fatal is None and time.monotonic() < deadline:
+        try:
+            p.poll(0.2)
+        except ck.KafkaException as e:  # librdkafka raises its fatal error from poll
+            fatal = e.args[0]
+    assert fatal is not None and fatal.fatal() and fatal.code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED, fatal
+    assert server.store.partition("secret", 0).high_watermark() == 0
+
+
+# -- Metadata: auto-creation refused is TOPIC_AUTHORIZATION_FAILED ----------------------------------------
+def _metadata(port: int, name: str, auto: bool) -> int:
+    mod = payload_module(3, 12, EntityType.request)
+    with RawClient(port) as c:
+        r = c.send(3, 12, topics=(mod.MetadataRequestTopic(topic_id=None, name=name),), allow_auto_topic_creation=auto,
+                   include_topic_authorized_operations=False)
+    [topic] = r.topics
+    return topic.error_code
+
+
+def test_metadata_of_a_topic_it_may_describe_but_not_create_is_topic_authorization_failed(server):
+    """Kafka's unauthorizedForCreateTopics: with auto-creation on, a topic the caller may Describe
+    but not Create is TOPIC_AUTHORIZATION_FAILED (a producer fails at once; UNKNOWN_TOPIC_OR_PARTITION
+    had it retry until its message timeout), and nothing is created."""
+    grant(server, allow(T, "*", Operation.DESCRIBE))
+    assert _metadata(server.port, "newtopic", auto=True) == E.topic_authorization_failed
+    assert _metadata(server.port, "newtopic", auto=False) == E.unknown_topic_or_partition
+    assert not server.store.has_topic("newtopic")
+    grant(server, allow(T, "*", Operation.DESCRIBE), allow(T, "new", Operation.CREATE, PatternType.PREFIXED))
+    assert _metadata(server.port, "newtopic", auto=True) == E.none
+    assert server.store.has_topic("newtopic")
+
+
+def test_a_producer_to_a_topic_it_may_not_create_fails_fast(server):
+    ck = pytest.importorskip("confluent_kafka")
+    grant(server, allow(T, "*", Operation.WRITE))  # (Write implies Describe; no Create)
+    p = ck.Producer({"bootstrap.servers": server.bootstrap, "message.timeout.ms": 20000, "log_level": 0})
+    outcome: list = []
+    p.produce("not-there", b"x", on_delivery=lambda err, msg: outcome.append(err))
+    import time
+
+    started = time.monotonic()
+    p.flush(15)
+    assert outcome and outcome[0] is not None and outcome[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, \
+        outcome
+    assert time.monotonic() - started < 10  # not the 20 s message timeout
+    assert not server.store.has_topic("not-there")
+
+
+# -- DeleteTopics: no name for a topic id the caller may not Describe ------------------------------------
+def _delete(port: int, name: str | None, topic_id: uuid.UUID | None) -> tuple[int, str | None]:
+    mod = payload_module(20, 6, EntityType.request)
+    with RawClient(port) as c:
+        r = c.send(20, 6, topics=(mod.DeleteTopicState(name=name, topic_id=topic_id),), timeout=TIMEOUT)
+    [result] = r.responses
+    return result.error_code, result.name
+
+
+def test_delete_topics_by_id_keeps_the_name_from_a_caller_that_may_not_describe_it(server):
+    """Kafka's ControllerApis.deleteTopics: a topic named by id that the caller may not delete is
+    TOPIC_AUTHORIZATION_FAILED, with its name only if the caller may Describe it."""
+    topic_id = uuid.UUID(server.store.topics.get("secret").topic_id)
+    grant(server, allow(T, "other", Operation.DESCRIBE))
+    assert _delete(server.port, None, topic_id) == (E.topic_authorization_failed, None)
+    grant(server, allow(T, "secret", Operation.DESCRIBE))
+    assert _delete(server.port, None, topic_id) == (E.topic_authorization_failed, "secret")
+    assert server.store.has_topic("secret")
+    assert _delete(server.port, None, uuid.uuid4())[0] == E.unknown_topic_id
+
+
+def test_delete_topics_by_name_unknown_only_to_who_may_describe_it(server):
+    grant(server, allow(T, "*", Operation.DESCRIBE))
+    assert _delete(server.port, "not-there", None) == (E.unknown_topic_or_partition, "not-there")
+    assert _delete(server.port, "secret", None) == (E.topic_authorization_failed, "secret")
+    grant(server, allow(T, "other", Operation.DESCRIBE))
+    assert _delete(server.port, "not-there", None) == (E.topic_authorization_failed, "not-there")
+    assert server.store.has_topic("secret")
+
+
+# -- CreateTopics: the new topic's configs only to who may DescribeConfigs it ------------------------------
+def _create(port: int, name: str) -> object:
+    mod = payload_module(19, 7, EntityType.request)
+    with RawClient(port) as c:
+        r = c.send(19, 7, topics=(mod.CreatableTopic(name=name, num_partitions=2, replication_factor=-1, assignments=(),
+                                                     configs=(mod.CreatableTopicConfig(name="retention.ms",
+                                                                                       value="1000"),)),),
+                   timeout=TIMEOUT, validate_only=False)
+    [result] = r.topics
+    return result
+
+
+def test_create_topics_answers_configs_only_with_describe_configs(server):
+    """Kafka's controller (ReplicationControlManager.createTopic): without DescribeConfigs on the new
+    topic its answer has no configs, partitions nor replication factor, and TOPIC_AUTHORIZATION_FAILED
+    in topic_config_error_code; the topic is created all the same."""
+    grant(server, allow(C, "kafka-cluster", Operation.CREATE))
+    r = _create(server.port, "made")
+    assert (r.error_code, r.topic_config_error_code, r.configs, r.num_partitions, r.replication_factor) == (
+        E.none, E.topic_authorization_failed, (), -1, -1)
+    assert r.topic_id == uuid.UUID(server.store.topics.get("made").topic_id)
+    assert len(server.store.topics.get("made").partitions) == 2
+    grant(server, allow(C, "kafka-cluster", Operation.CREATE), allow(T, "made2", Operation.DESCRIBE_CONFIGS))
+    r = _create(server.port, "made2")
+    assert (r.error_code, r.topic_config_error_code, r.num_partitions) == (E.none, E.none, 2)
+    assert ("retention.ms", "1000") in {(c.name, c.value) for c in r.configs}
+
+
+def test_create_topics_without_describe_configs_through_admin_client(server):
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka import admin
+
+    grant(server, allow(T, "made", Operation.CREATE))
+    a = admin.AdminClient({"bootstrap.servers": server.bootstrap, "log_level": 0})
+    futures = a.create_topics([admin.NewTopic("made", 3)], operation_timeout=5)
+    assert futures["made"].result(timeout=10) is None
+    assert len(server.store.topics.get("made").partitions) == 3
+    futures = a.create_topics([admin.NewTopic("forbidden", 1)], operation_timeout=5)
+    with pytest.raises(ck.KafkaException) as e:
+        futures["forbidden"].result(timeout=10)
+    assert e.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
