@@ -224,3 +224,105 @@ def test_create_topics_without_describe_configs_through_admin_client(server):
     with pytest.raises(ck.KafkaException) as e:
         futures["forbidden"].result(timeout=10)
     assert e.value.args[0].code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+# -- DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: each resource type's own check --------------
+BROKER, BROKER_LOGGER, GROUP_RESOURCE = 4, 8, 32
+
+
+def _describe_configs(port: int, rtype: int, name: str) -> int:
+    mod = payload_module(32, 4, EntityType.request)
+    with RawClient(port) as c:
+        r = c.send(32, 4, resources=(mod.DescribeConfigsResource(resource_type=rtype, resource_name=name,
+                                                                 configuration_keys=None),),
+                   include_synonyms=False, include_documentation=False)
+    [result] = r.results
+    return result.error_code
+
+
+def _alter_configs(port: int, rtype: int, name: str, incremental: bool) -> int:
+    key = 44 if incremental else 33
+    version = 1 if incremental else 2
+    mod = payload_module(key, version, EntityType.request)
+    config = (mod.AlterableConfig(name="retention.ms", config_operation=0, value="1000") if incremental
+              else mod.AlterableConfig(name="retention.ms", value="1000"))
+    with RawClient(port) as c:
+        r = c.send(key, version, resources=(mod.AlterConfigsResource(resource_type=rtype, resource_name=name,
+                                                                     configs=(config,)),), validate_only=True)
+    [result] = r.responses
+    return result.error_code
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_alter_configs_of_a_broker_or_group_checks_the_cluster_or_the_group_first(server, incremental):
+    """Kafka's ControllerApis.authorizeAlterResource: AlterConfigs on the cluster for a broker
+    (CLUSTER_AUTHORIZATION_FAILED), on the group for a group (GROUP_AUTHORIZATION_FAILED), before
+    anything else is said of the resource (klog answered INVALID_REQUEST to anyone)."""
+    grant(server, allow(T, "secret", Operation.ALTER_CONFIGS))
+    assert _alter_configs(server.port, BROKER, "0", incremental) == E.cluster_authorization_failed
+    assert _alter_configs(server.port, GROUP_RESOURCE, "g", incremental) == E.group_authorization_failed
+    assert _alter_configs(server.port, 2, "secret", incremental) == E.none
+    assert _alter_configs(server.port, 2, "other", incremental) == E.topic_authorization_failed
+    grant(server, allow(C, "kafka-cluster", Operation.ALTER_CONFIGS), allow(G, "g", Operation.ALL))  # (klog's ACLs
+    # name no config operation on a group)
+    # allowed: klog alters no broker or group configs (the store's defaults: `klog dirs`)
+    assert _alter_configs(server.port, BROKER, "0", incremental) == E.invalid_request
+    assert _alter_configs(server.port, GROUP_RESOURCE, "g", incremental) == E.invalid_request
+
+
+def test_describe_configs_of_a_group_checks_the_group(server):
+    grant(server, allow(C, "kafka-cluster", Operation.DESCRIBE_CONFIGS))
+    assert _describe_configs(server.port, GROUP_RESOURCE, "g") == E.group_authorization_failed
+    assert _describe_configs(server.port, BROKER_LOGGER, "0") == E.invalid_request  # allowed, not served
+    grant(server, allow(G, "g", Operation.ALL))
+    assert _describe_configs(server.port, BROKER, "0") == E.cluster_authorization_failed
+    assert _describe_configs(server.port, BROKER_LOGGER, "0") == E.cluster_authorization_failed
+    assert _describe_configs(server.port, GROUP_RESOURCE, "g") == E.invalid_request  # allowed, not served
+
+
+# -- transactions.py and produce.py (not this review's to change): the lead applies the patches in
+#    /work/wt/aclreview-findings.md --------------------------------------------------------------------
+def _txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
+    import struct
+
+    from klog.store import codec
+    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_FLAG_MASK
+    from tests.serve_helpers import batch
+
+    data = bytearray(batch(values, producer_id=pid, epoch=epoch, sequence=seq))
+    (attrs,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_FLAG_MASK)
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+@pytest.mark.xfail(strict=True, reason="transactions.py: WriteTxnMarkers takes ClusterAction only; Kafka 3.9 "
+                                       "takes Alter on the cluster too (findings: WriteTxnMarkers)")
+def test_write_txn_markers_takes_alter_on_the_cluster_as_kafka(server):
+    """KafkaApis.handleWriteTxnMarkersRequest: Alter on the cluster, else ClusterAction."""
+    mod = payload_module(27, 1, EntityType.request)
+    marker = mod.WritableTxnMarker(producer_id=1, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+                                   topics=(mod.WritableTxnMarkerTopic(name="secret", partition_indexes=(0,)),))
+    grant(server, allow(T, "secret", Operation.ALL))
+    with RawClient(server.port) as c:
+        [result] = c.send(27, 1, markers=(marker,)).markers
+        assert result.topics[0].partitions[0].error_code == E.cluster_authorization_failed
+    grant(server, allow(C, "kafka-cluster", Operation.ALTER))
+    with RawClient(server.port) as c:
+        [result] = c.send(27, 1, markers=(marker,)).markers
+    assert result.topics[0].partitions[0].error_code == E.none  # (no transaction open there: nothing written)
+
+
+@pytest.mark.xfail(strict=True, reason="produce.py: a transactional batch without a transactional id is "
+                                       "INVALID_RECORD, Kafka says TRANSACTIONAL_ID_AUTHORIZATION_FAILED "
+                                       "(findings: Produce)")
+def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(server):
+    """KafkaApis.handleProduceRequest: transactional records need a transactional id the caller may
+    Write, else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (before any topic check)."""
+    from tests.serve_helpers import produce_request_fields
+
+    grant(server, allow(T, "secret", Operation.WRITE))
+    with RawClient(server.port) as c:
+        r = c.send(0, 9, **produce_request_fields(9, "secret", 0, _txn_batch([b"x"], 7, 0, 0)))
+    assert r.responses[0].partition_responses[0].error_code == E.transactional_id_authorization_failed
+    assert server.store.partition("secret", 0).high_watermark() == 0
