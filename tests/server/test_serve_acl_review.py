@@ -326,3 +326,132 @@ def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(s
         r = c.send(0, 9, **produce_request_fields(9, "secret", 0, _txn_batch([b"x"], 7, 0, 0)))
     assert r.responses[0].partition_responses[0].error_code == E.transactional_id_authorization_failed
     assert server.store.partition("secret", 0).high_watermark() == 0
+
+
+# -- no client touches another principal's transactional producer -----------------------------------------
+def _init_txn(c: RawClient, tid: str) -> tuple[int, int, int]:
+    r = c.send(22, 4, transactional_id=tid, transaction_timeout=TIMEOUT, producer_id=-1, producer_epoch=-1)
+    return r.error_code, int(r.producer_id), int(r.producer_epoch)
+
+
+def _add_partition(c: RawClient, tid: str, pid: int, epoch: int) -> int:
+    mod = payload_module(24, 3, EntityType.request)
+    r = c.send(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+               v3_and_below_producer_epoch=epoch,
+               v3_and_below_topics=(mod.AddPartitionsToTxnTopic(name="secret", partitions=(0,)),))
+    return r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+
+def _end_txn(c: RawClient, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    return c.send(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit).error_code
+
+
+def _txn_produce(c: RawClient, tid: str | None, records: bytes) -> int:
+    from tests.serve_helpers import produce_request_fields
+
+    fields = produce_request_fields(9, "secret", 0, records)
+    fields["transactional_id"] = tid
+    return c.send(0, 9, **fields).responses[0].partition_responses[0].error_code
+
+
+def _txn_offset_commit(c: RawClient, tid: str, pid: int, epoch: int) -> int:
+    mod = payload_module(28, 3, EntityType.request)
+    r = c.send(28, 3, transactional_id=tid, group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=-1,
+               member_id="", group_instance_id=None, topics=(mod.TxnOffsetCommitRequestTopic(
+                   name="secret", partitions=(mod.TxnOffsetCommitRequestPartition(
+                       partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""),)),))
+    return r.topics[0].partitions[0].error_code
+
+
+def test_a_principal_cannot_touch_a_transaction_of_an_id_it_may_not_write(server):
+    """Alice's transaction (id 'a') is open. Mallory may Write id 'm', the topic and read the group:
+    nothing she sends under 'a', nor under 'm' with alice's producer id and epoch (all visible in
+    DescribeProducers and in every fetched batch), nor without any id, touches it; alice commits it."""
+    from klog.broker.offsets import last_stable_offset
+
+    writer = [allow(T, "secret", Operation.WRITE), allow(T, "secret", Operation.READ), allow(G, "g", Operation.READ)]
+    grant(server, allow(X, "a", Operation.WRITE), *writer)
+    with RawClient(server.port) as c:
+        error, pid, epoch = _init_txn(c, "a")
+        assert error == E.none
+        assert _add_partition(c, "a", pid, epoch) == E.none
+        assert _txn_produce(c, "a", _txn_batch([b"alice"], pid, epoch, 0)) == E.none
+    part = server.store.partition("secret", 0)
+    assert (part.high_watermark(), last_stable_offset(part)) == (1, 0)
+
+    grant(server, allow(X, "m", Operation.WRITE), *writer)
+    with RawClient(server.port) as c:
+        assert _init_txn(c, "a")[0] == E.transactional_id_authorization_failed  # (would fence alice)
+        assert _end_txn(c, "a", pid, epoch, False) == E.transactional_id_authorization_failed
+        assert _add_partition(c, "a", pid, epoch) == E.transactional_id_authorization_failed
+        assert _txn_offset_commit(c, "a", pid, epoch) == E.transactional_id_authorization_failed
+        assert _txn_produce(c, "a", _txn_batch([b"mallory"], pid, epoch, 1)) == \
+            E.transactional_id_authorization_failed
+        assert _init_txn(c, "m")[0] == E.none
+        # her own id with alice's producer: the coordinator's mapping refuses it
+        assert _end_txn(c, "m", pid, epoch, False) == E.invalid_producer_id_mapping
+        assert _add_partition(c, "m", pid, epoch) == E.invalid_producer_id_mapping
+        assert _txn_offset_commit(c, "m", pid, epoch) == E.invalid_producer_id_mapping
+        assert _txn_produce(c, "m", _txn_batch([b"mallory"], pid, epoch, 1)) != E.none
+        # no id: neither a transactional batch nor a plain one under alice's producer id
+        assert _txn_produce(c, None, _txn_batch([b"mallory"], pid, epoch, 1)) != E.none
+        from tests.serve_helpers import batch
+
+        assert _txn_produce(c, None, batch([b"mallory"], producer_id=pid, epoch=epoch, sequence=1)) != E.none
+    assert (part.high_watermark(), last_stable_offset(part)) == (1, 0)  # alice's transaction, untouched
+
+    grant(server, allow(X, "a", Operation.WRITE), *writer)
+    with RawClient(server.port) as c:
+        assert _end_txn(c, "a", pid, epoch, True) == E.none
+    assert last_stable_offset(part) == 2  # her record and its COMMIT marker
+
+
+# -- nothing of a topic, group or transactional id the caller may not Describe in any listing -------------
+def test_no_listing_names_what_the_caller_may_not_describe(server):
+    """ANONYMOUS may Describe topic 'visible', group 'g' and transactional id 'a' only. 'secret' (a
+    topic with offsets committed in 'g' and a partition in transaction 'a'), group 'hidden' and
+    transactional id 'b' appear in no answer that lists: Metadata and DescribeTopicPartitions of all
+    topics, OffsetFetch of all the group's topics (v7, v8), ListGroups, DescribeTransactions,
+    ListTransactions, DescribeLogDirs."""
+    from klog.meta.groups import GroupsMeta
+
+    store = server.store
+    store.create_topic("visible", partitions=1)
+    GroupsMeta(store.meta).store_offsets("g", {("secret", 0): (5, "s"), ("visible", 0): (3, "v")})
+    GroupsMeta(store.meta).store_offsets("hidden", {("visible", 0): (1, "")})
+    everything = [allow(T, "*", Operation.ALL), allow(X, "*", Operation.ALL), allow(G, "*", Operation.ALL)]
+    grant(server, *everything)
+    with RawClient(server.port) as c:
+        for tid in ("a", "b"):
+            error, pid, epoch = _init_txn(c, tid)
+            mod = payload_module(24, 3, EntityType.request)
+            r = c.send(24, 3, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                       v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                           mod.AddPartitionsToTxnTopic(name="secret", partitions=(0,)),
+                           mod.AddPartitionsToTxnTopic(name="visible", partitions=(0,))))
+            assert {p.partition_error_code for t in r.results_by_topic_v3_and_below
+                    for p in t.results_by_partition} == {E.none}
+    grant(server, allow(T, "visible", Operation.DESCRIBE), allow(G, "g", Operation.DESCRIBE),
+          allow(X, "a", Operation.DESCRIBE))
+    answers = {}
+    with RawClient(server.port) as c:
+        answers["Metadata"] = c.send(3, 12, topics=None, allow_auto_topic_creation=False,
+                                     include_topic_authorized_operations=True)
+        answers["DescribeTopicPartitions"] = c.send(75, 0, topics=(), response_partition_limit=100, cursor=None)
+        answers["OffsetFetch v7"] = c.send(9, 7, group_id="g", topics=None, require_stable=False)
+        f8 = payload_module(9, 8, EntityType.request)
+        answers["OffsetFetch v8"] = c.send(9, 8, groups=(f8.OffsetFetchRequestGroup(group_id="g", topics=None),),
+                                           require_stable=False)
+        answers["ListGroups"] = c.send(16, 4, states_filter=())
+        answers["DescribeTransactions"] = c.send(65, 0, transactional_ids=("a",))
+        answers["ListTransactions"] = c.send(66, 1, state_filters=(), producer_id_filters=(), duration_filter=-1)
+        answers["DescribeLogDirs"] = c.send(35, 4, topics=None)
+    for api, answer in answers.items():
+        text = repr(answer)
+        for name in ("secret", "hidden", "'b'"):
+            assert name not in text, f"{api} names {name}: {text[:600]}"
+    assert "visible" in repr(answers["Metadata"]) and "visible" in repr(answers["DescribeTopicPartitions"])
+    assert "visible" in repr(answers["OffsetFetch v7"]) and "visible" in repr(answers["OffsetFetch v8"])
+    assert "'g'" in repr(answers["ListGroups"]) and "'a'" in repr(answers["ListTransactions"])
+    assert "visible" in repr(answers["DescribeTransactions"])
+    assert answers["DescribeLogDirs"].error_code == E.cluster_authorization_failed
