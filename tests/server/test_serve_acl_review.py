@@ -328,6 +328,20 @@ def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(s
     assert server.store.partition("secret", 0).high_watermark() == 0
 
 
+@pytest.mark.xfail(strict=True, reason="transactions.py: DescribeProducers of an invalid topic name is "
+                                       "KAFKA_STORAGE_ERROR (retriable), Kafka says INVALID_TOPIC_EXCEPTION "
+                                       "(findings: DescribeProducers)")
+def test_describe_producers_of_an_invalid_topic_name_is_invalid_topic_as_kafka(server):
+    """KafkaApis.handleDescribeProducersRequest: checkValidTopic first (INVALID_TOPIC_EXCEPTION, before
+    the ACLs); a storage error would have the admin client retry it until its timeout."""
+    mod = payload_module(61, 0, EntityType.request)
+    grant(server, allow(T, "*", Operation.READ))
+    with RawClient(server.port) as c:
+        r = c.send(61, 0, topics=(mod.TopicRequest(name="bad name!", partition_indexes=(0,)),
+                                  mod.TopicRequest(name="x" * 300, partition_indexes=(0,))))
+    assert [t.partitions[0].error_code for t in r.topics] == [E.invalid_topic_exception] * 2
+
+
 # -- no client touches another principal's transactional producer -----------------------------------------
 def _init_txn(c: RawClient, tid: str) -> tuple[int, int, int]:
     r = c.send(22, 4, transactional_id=tid, transaction_timeout=TIMEOUT, producer_id=-1, producer_epoch=-1)
