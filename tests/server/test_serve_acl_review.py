@@ -469,3 +469,19 @@ def test_no_listing_names_what_the_caller_may_not_describe(server):
     assert "'g'" in repr(answers["ListGroups"]) and "'a'" in repr(answers["ListTransactions"])
     assert "visible" in repr(answers["DescribeTransactions"])
     assert answers["DescribeLogDirs"].error_code == E.cluster_authorization_failed
+
+
+def test_admin_client_altering_broker_configs_without_the_cluster_gets_cluster_authorization_failed(server):
+    """confluent-kafka's incremental_alter_configs of a broker: refused for the cluster's ACL, as
+    Kafka answers (klog said INVALID_REQUEST, as if the caller could have altered it)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from confluent_kafka import admin
+
+    grant(server, allow(T, "*", Operation.ALL))
+    a = admin.AdminClient({"bootstrap.servers": server.bootstrap, "log_level": 0})
+    resource = admin.ConfigResource(admin.ResourceType.BROKER, "0", incremental_configs=[
+        admin.ConfigEntry("log.retention.ms", "1000", incremental_operation=admin.AlterConfigOpType.SET)])
+    futures = a.incremental_alter_configs([resource], validate_only=True)
+    with pytest.raises(ck.KafkaException) as e:
+        next(iter(futures.values())).result(timeout=10)
+    assert e.value.args[0].code() == ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED
