@@ -40,6 +40,7 @@ from klog.server.dispatch import register
 from klog.store.names import INTERNAL_TOPICS
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 8, 16, 32
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5  # DescribeConfigs config sources
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 # Kafka's answer to an assignment it cannot honour (INVALID_PARTITIONS would say the count is wrong)
@@ -108,6 +109,13 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         validate_only = bool(getattr(request, "validate_only", False))  # v1+
         err, message, meta = await ctx.run_blocking(_create_one, ctx, t, validate_only)
         configs = None
+        if meta is not None and not ctx.authorize("DESCRIBE_CONFIGS", "TOPIC", str(t.name)):
+            # Kafka's controller: the created topic's configs, partitions and replication factor
+            # are for those who may DescribeConfigs it; the others are told so in its own field
+            results.append(make(mod.CreatableTopicResult, name=t.name, topic_id=topic_uuid(meta.topic_id),
+                                error_code=err, error_message=message, num_partitions=-1, replication_factor=-1,
+                                topic_config_error_code=E.topic_authorization_failed, configs=()))
+            continue
         if meta is not None and hasattr(mod, "CreatableTopicConfigs"):
             # the configs as created, not read again: a delete from another client may come first
             configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
@@ -125,13 +133,22 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
 def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E, str | None, str | None, Any]:
     store = ctx.store
     try:
-        if name is None:
+        by_id = name is None
+        if by_id:
             found = [t for t in store.list_topics() if topic_uuid(t.topic_id) == topic_id]
             if not found:
                 return E.unknown_topic_id, None, f"unknown topic id {topic_id}", topic_id
             name = found[0].name
         if not ctx.authorize("DELETE", "TOPIC", name):
-            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", topic_id or ZERO_UUID
+            # Kafka's controller: a topic named by id keeps its name from a caller that may not
+            # Describe it; one named by name and describable, but not there, is unknown
+            describable = ctx.authorize("DESCRIBE", "TOPIC", name)
+            if by_id:
+                return (E.topic_authorization_failed, name if describable else None,
+                        f"{ctx.principal} may not delete it", topic_id)
+            if describable and not store.has_topic(name):
+                return E.unknown_topic_or_partition, name, f"unknown topic '{name}'", ZERO_UUID
+            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", ZERO_UUID
         if name in INTERNAL_TOPICS:
             return E.invalid_request, name, f"deletion of internal topic {name} is prohibited", topic_id or ZERO_UUID
         ctx.server.appender.forget_producer_states(name)
@@ -186,15 +203,28 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- configs ---------------------------------------------------------------------------------
+def config_refusal(ctx: RequestContext, operation: str, rtype: int, name: str) -> E | None:
+    """Kafka's check of a config resource (ConfigHelper, ControllerApis.authorizeAlterResource):
+    `operation` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the cluster for a broker, broker logger or
+    client-metrics resource, on the topic, on the group; its refusal's code, or None. A type Kafka
+    does not know is left to the caller's INVALID_REQUEST."""
+    if rtype == TOPIC_RESOURCE:
+        return None if ctx.authorize(operation, "TOPIC", name) else E.topic_authorization_failed
+    if rtype == GROUP_RESOURCE:
+        return None if ctx.authorize(operation, "GROUP", name) else E.group_authorization_failed
+    if rtype in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE):
+        return None if ctx.authorize(operation, "CLUSTER", "kafka-cluster") else E.cluster_authorization_failed
+    return None
+
+
 def _describe_resource(ctx: RequestContext, mod: Any, r: Any) -> Any:
     from klog.store.config import CONFIG_KEYS
 
     store = ctx.store
     rtype, name = int(r.resource_type), str(r.resource_name)
     keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-    if not ctx.authorize("DESCRIBE_CONFIGS", *(("TOPIC", name) if rtype == TOPIC_RESOURCE
-                                              else ("CLUSTER", "kafka-cluster"))):
-        error = E.topic_authorization_failed if rtype == TOPIC_RESOURCE else E.cluster_authorization_failed
+    error = config_refusal(ctx, "DESCRIBE_CONFIGS", rtype, name)
+    if error is not None:
         return make(mod.DescribeConfigsResult, error_code=error, error_message=None, resource_type=rtype,
                     resource_name=name, configs=())
     try:
@@ -234,10 +264,12 @@ def _alter(ctx: RequestContext, r: Any, validate_only: bool, incremental: bool) 
     store = ctx.store
     name = str(r.resource_name)
     try:
+        refused = config_refusal(ctx, "ALTER_CONFIGS", int(r.resource_type), name)
+        if refused is not None:
+            kind = {TOPIC_RESOURCE: "topic", GROUP_RESOURCE: "group"}.get(int(r.resource_type), "resource")
+            return refused, f"{ctx.principal} may not alter configs of {kind} '{name}'"
         if int(r.resource_type) != TOPIC_RESOURCE:
             raise UsageError("only topic configs can be altered (the store defaults: klog dirs)")
-        if not ctx.authorize("ALTER_CONFIGS", "TOPIC", name):
-            return E.topic_authorization_failed, f"{ctx.principal} may not alter configs of topic '{name}'"
         topic = store.topics.get(name)
         if incremental:
             current = dict(topic.configs)

@@ -70,14 +70,41 @@ class Authorizer:
 
     def allows_any(self, principal: str, host: str, operation: Operation | str,
                    resource_type: ResourceType | str) -> bool:
-        """Some resource of the type allows it: a super user, an open table, or an ALLOW binding of the
-        operation (or All) for the principal (DENY bindings on narrower patterns are not subtracted)."""
+        """Some resource of the type allows it, as Kafka's Authorizer.authorizeByResourceType decides
+        (KIP-679: an idempotent producer needs Write on some topic): the decision on a made-up name
+        ("hardcode": super users, an open table, a wildcard ALLOW); else a DENY of the wildcard
+        resource refuses, a wildcard ALLOW allows, and some other ALLOW (the operation or All, for the
+        principal or User:*, from its host or *) allows unless a DENY of the same literal name, or of a
+        prefix of it, dominates it."""
         self._fresh()
         op = operation if isinstance(operation, Operation) else Operation[operation.upper()]
         rt = resource_type if isinstance(resource_type, ResourceType) else ResourceType[resource_type.upper()]
-        if principal in self._config.super_users:
+        if authorize(self._acls, self._config, principal, host, op, rt, "hardcode"):
             return True
-        if not self._acls and self._config.allow_everyone_if_no_acl_found is not False:
+        from klog.security.acl import WILDCARD, PatternType, Permission
+
+        denied: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
+        allowed: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
+        wildcard_allow = False
+        for b in self._acls:
+            if (b.resource_type != rt or b.host not in (host, "*") or b.principal not in (principal, "User:*")
+                    or b.operation not in (op, Operation.ALL) or b.pattern_type not in denied):
+                continue
+            if b.permission == Permission.DENY:
+                if b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD:
+                    return False
+                denied[b.pattern_type].add(b.resource_name)
+            elif b.permission == Permission.ALLOW:
+                if b.pattern_type == PatternType.LITERAL and b.resource_name == WILDCARD:
+                    wildcard_allow = True
+                else:
+                    allowed[b.pattern_type].add(b.resource_name)
+        if wildcard_allow:
             return True
-        return any(b.resource_type == rt and b.permission.name == "ALLOW" and b.operation in (op, Operation.ALL)
-                   and b.principal in (principal, "User:*") and b.host in (host, "*") for b in self._acls)
+        for kind, names in allowed.items():
+            for name in names:
+                if kind == PatternType.LITERAL and name in denied[PatternType.LITERAL]:
+                    continue
+                if not any(name[:i] in denied[PatternType.PREFIXED] for i in range(1, len(name) + 1)):
+                    return True
+        return False

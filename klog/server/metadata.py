@@ -52,9 +52,12 @@ def _lookup(ctx: RequestContext, wanted: list[tuple[str | None, Any]] | None, au
             continue
         try:
             meta = store.topics.find(name)
-            if meta is None and auto_create and name not in INTERNAL_TOPICS and (
-                    ctx.authorize("CREATE", "CLUSTER", "kafka-cluster")
-                                                 or ctx.authorize("CREATE", "TOPIC", name)):
+            if meta is None and auto_create and name not in INTERNAL_TOPICS:
+                if not (ctx.authorize("CREATE", "CLUSTER", "kafka-cluster") or ctx.authorize("CREATE", "TOPIC", name)):
+                    # Kafka's unauthorizedForCreateTopics: a producer learns at once it may not
+                    # create the topic (UNKNOWN_TOPIC_OR_PARTITION had it retry until its timeout)
+                    out.append((name, None, None, E.topic_authorization_failed))
+                    continue
                 try:
                     meta = store.create_topic(name, exist_ok=True)
                     ctx.log.info("auto-created topic '%s' (client %s)", name, ctx.client_id)
