@@ -29,6 +29,7 @@ from klog.protocol.kafka import E, response_for
 from klog.server.context import RequestContext
 from klog.server.dispatch import register
 from klog.server.produce_response import PartitionResult, ProduceAnswer, single_answer
+from klog.store.format import ATTRIBUTES_OFFSET, MAGIC_OFFSET, MAGIC_V2, TRANSACTIONAL_FLAG_MASK
 from klog.store.names import INTERNAL_TOPICS
 
 ACKS = {0: "0", 1: "1", -1: "all"}
@@ -132,7 +133,8 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
     from types import SimpleNamespace
 
     first = requests[0]
-    if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks for r in requests):
+    if any(getattr(r, "transactional_id", None) is not None or r.acks != first.acks
+           or _has_transactional(r) for r in requests):  # (each refused alone, as Kafka)
         answers: list[Any] = []
         for i, r in enumerate(requests):
             answers.append(await produce(context_of(i), r))
@@ -249,16 +251,33 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
     return [None] * failed_at + [closing] * (len(requests) - failed_at)
 
 
+def _transactional(records: Any) -> bool:
+    """Whether the first batch of a partition's records is transactional (Kafka's
+    RequestUtils.hasTransactionalRecords looks at each partition's first batch)."""
+    return (records is not None and len(records) > ATTRIBUTES_OFFSET + 1 and records[MAGIC_OFFSET] == MAGIC_V2
+            and bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK))
+
+
+def _has_transactional(request: Any) -> bool:
+    return any(_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+
+
+def _txn_allowed(ctx: RequestContext, request: Any, tid: str | None) -> bool:
+    """Kafka's first check of a Produce: transactional records need a transactional id the caller
+    may Write (else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    return not _has_transactional(request) or (tid is not None and ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid))
+
+
 def _refusal(request: Any, acks: str | None, topic: str, writable: bool, txn_allowed: bool) -> Outcome | None:
     """Why an entry of `request` for `topic` is refused before any append (None: it may append)."""
+    if not txn_allowed:
+        return E.transactional_id_authorization_failed, None, None, None
     if acks is None:
         return E.invalid_required_acks, None, f"acks {request.acks} (use 0, 1 or -1)", None
     if not writable:
         return E.topic_authorization_failed, None, None, None
     if topic in INTERNAL_TOPICS:  # the broker's own (__consumer_offsets): Kafka refuses
         return E.invalid_topic_exception, None, f"cannot append to internal topic {topic}", None
-    if not txn_allowed:
-        return E.transactional_id_authorization_failed, None, None, None
     return None
 
 
@@ -276,7 +295,7 @@ async def _produce_one(ctx: RequestContext, request: Any, acks: str | None, topi
     without its bookkeeping for many entries, answered with one packed entry."""
     writable = ctx.authorize("WRITE", "TOPIC", topic)  # ACLs (security.py)
     tid = getattr(request, "transactional_id", None)  # v3+
-    txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
+    txn_allowed = _txn_allowed(ctx, request, tid)
     index = int(pdata.index)
     outcome = _refusal(request, acks, topic, writable, txn_allowed) or \
         await _append(ctx, topic, index, pdata.records, acks, _txn_check(ctx, tid, topic, index))  # type: ignore[arg-type]
@@ -308,7 +327,7 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
     writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in work}}  # ACLs (security.py)
     internal = {t for t in writable if t in INTERNAL_TOPICS}
     tid = getattr(request, "transactional_id", None)  # v3+
-    txn_allowed = tid is None or ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid)
+    txn_allowed = _txn_allowed(ctx, request, tid)
 
     async def one(topic: str, pdata: Any) -> Outcome:
         refused = _refusal(request, acks, topic, writable[topic], txn_allowed)

@@ -374,7 +374,8 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     """A transaction coordinator's markers (broker to broker in Kafka): each partition where the
     producer has a transaction open gets its COMMIT/ABORT marker, once (a repeat writes nothing)."""
     mod = response_for(request)
-    allowed = ctx.authorize("CLUSTER_ACTION", "CLUSTER", CLUSTER)
+    # Kafka 3.9's KafkaApis: Alter on the cluster, else ClusterAction
+    allowed = ctx.authorize("ALTER", "CLUSTER", CLUSTER) or ctx.authorize("CLUSTER_ACTION", "CLUSTER", CLUSTER)
     out = []
     for m in request.markers:
         topics = []
@@ -567,16 +568,24 @@ async def list_transactions(ctx: RequestContext, request: Any) -> Any:
 @register(DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: RequestContext, request: Any) -> Any:
     from klog.errors import UnknownPartitionError, UnknownTopicError
+    from klog.store.names import validate_topic_name
 
     mod = response_for(request)
     topics = []
     for t in request.topics:
         topic = str(t.name)
+        try:  # Kafka's checkValidTopic, before the ACLs: INVALID_TOPIC_EXCEPTION, not a retriable storage error
+            validate_topic_name(topic)
+            invalid = None
+        except KlogError as e:
+            invalid = str(e)
         parts = []
         for p in t.partition_indexes:
             producers: list = []
             error, message = E.none, None
-            if not ctx.authorize("READ", "TOPIC", topic):
+            if invalid is not None:
+                error, message = E.invalid_topic_exception, invalid
+            elif not ctx.authorize("READ", "TOPIC", topic):
                 error = E.topic_authorization_failed
             else:
                 try:

@@ -296,8 +296,6 @@ def _txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
     return bytes(data)
 
 
-@pytest.mark.xfail(strict=True, reason="transactions.py: WriteTxnMarkers takes ClusterAction only; Kafka 3.9 "
-                                       "takes Alter on the cluster too (findings: WriteTxnMarkers)")
 def test_write_txn_markers_takes_alter_on_the_cluster_as_kafka(server):
     """KafkaApis.handleWriteTxnMarkersRequest: Alter on the cluster, else ClusterAction."""
     mod = payload_module(27, 1, EntityType.request)
@@ -313,9 +311,6 @@ def test_write_txn_markers_takes_alter_on_the_cluster_as_kafka(server):
     assert result.topics[0].partitions[0].error_code == E.none  # (no transaction open there: nothing written)
 
 
-@pytest.mark.xfail(strict=True, reason="produce.py: a transactional batch without a transactional id is "
-                                       "INVALID_RECORD, Kafka says TRANSACTIONAL_ID_AUTHORIZATION_FAILED "
-                                       "(findings: Produce)")
 def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(server):
     """KafkaApis.handleProduceRequest: transactional records need a transactional id the caller may
     Write, else the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (before any topic check)."""
@@ -328,9 +323,6 @@ def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(s
     assert server.store.partition("secret", 0).high_watermark() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="transactions.py: DescribeProducers of an invalid topic name is "
-                                       "KAFKA_STORAGE_ERROR (retriable), Kafka says INVALID_TOPIC_EXCEPTION "
-                                       "(findings: DescribeProducers)")
 def test_describe_producers_of_an_invalid_topic_name_is_invalid_topic_as_kafka(server):
     """KafkaApis.handleDescribeProducersRequest: checkValidTopic first (INVALID_TOPIC_EXCEPTION, before
     the ACLs); a storage error would have the admin client retry it until its timeout."""

@@ -315,8 +315,9 @@ def test_state_machine_errors_on_the_wire(kafka_server):
         # a transactional batch for a partition not added: refused (KIP-890)
         assert _produce_txn(c, "sm", "sm", 1, _txn_batch([b"x"], pid, epoch, 0)) == E.invalid_txn_state
         assert _produce_txn(c, "sm", "sm", 0, _txn_batch([b"y"], pid, epoch, 0)) == E.none
-        # a transactional batch without a transactional id in the request
-        assert _produce_txn(c, None, "sm", 0, _txn_batch([b"z"], pid, epoch, 1)) == E.invalid_record
+        # a transactional batch without a transactional id in the request (Kafka: the whole request)
+        refused = _produce_txn(c, None, "sm", 0, _txn_batch([b"z"], pid, epoch, 1))
+        assert refused == E.transactional_id_authorization_failed
         assert _end(c, "sm", pid, epoch, False) == E.none
         assert _end(c, "sm", pid, epoch, False) == E.none  # a retry of the same outcome
         assert _end(c, "sm", pid, epoch, True) == E.invalid_txn_state  # aborted, not committed
