@@ -99,6 +99,7 @@ def named_modules(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_modules_imported_by_name_point_down_the_layers() -> None:
     bad = []
     for path in sorted(KLOG.rglob("*.py")):
