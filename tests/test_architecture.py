@@ -44,7 +44,7 @@ def test_the_check_reads_paths_and_modules_beside_their_package():
 
 # the checks of the whole repository, which belong to no one package
 ROOT_TESTS = {"test_architecture.py", "test_benchmarks.py", "test_docs_examples.py", "test_docs_fresh.py",
-              "test_layering.py", "test_readme.py", "test_replay_seed.py", "test_samples.py"}
+              "test_docs_walk.py", "test_layering.py", "test_readme.py", "test_replay_seed.py", "test_samples.py"}
 
 
 def test_test_files_sit_in_the_folder_of_their_package():

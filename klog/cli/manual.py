@@ -26,9 +26,9 @@ class Entry:
 
 EXIT_STATUS = (
     ("0", "Success."),
-    ("1", "Runtime failure: a deleted topic, a corrupt log, a record too large, a refused write. "
-          "One line on stderr says what went wrong."),
-    ("2", "Usage error: a bad option or argument, a missing topic or store."),
+    ("1", "Runtime failure: an unknown topic or group, no store at --data-dir, a deleted topic, a corrupt "
+          "log, a record too large, a refused write. One line on stderr says what went wrong."),
+    ("2", "Usage error: a bad option or argument, or a required argument not given (a topic to read, a group)."),
     ("130", "Interrupted (Ctrl-C); work in progress is finished or left as it was."),
     ("143", "Terminated (SIGTERM), as for Ctrl-C."),
 )
@@ -77,7 +77,8 @@ klog consume orders --group billing -n 10        # as a consumer group member
 klog consume orders --json | head -1             # the envelope produce --input json reads
 klog consume -t orders -c 3 -e -q -K ' => '      # kcat's spellings: -t, -c, -e, -q, -K""",
         exit_status=(("1", "A read that could not be completed (damage, a deleted topic, a failing "
-                           "--exec command): never a silent short read."),),
+                           "--exec command): never a silent short read; also an unknown topic or no "
+                           "store at --data-dir."),),
         environment=COLOR_ENV + CLUSTER_ENV + (
             ("KLOG_TOPIC, KLOG_PARTITION, KLOG_OFFSET, KLOG_COUNT", "Set for the --exec command."),),
         files=STORE_FILES, see_also=("klog-produce", "klog-groups", "kcat"), doc="viewer.md"),
@@ -95,7 +96,8 @@ klog dump ~/.local/share/klog/logs/orders-0/00000000000000000000.log | head -3""
 klog verify orders --json
 klog verify --repair                      # rebuild, truncate torn tails, re-copy damaged replicas""",
         exit_status=(("1", "Something is damaged (each problem is one line with file, position and "
-                           "offset), or --repair could not fix it."),),
+                           "offset), or --repair could not fix it; also an unknown topic or no store "
+                           "at --data-dir."),),
         files=STORE_FILES, see_also=("klog-dump",), doc="durability.md"),
     "klog replay": Entry(
         examples="""klog replay orders --to orders-copy                  # everything, as fast as possible
@@ -194,7 +196,8 @@ klog topics alter events --delete-config retention.ms""",
         environment=CLUSTER_ENV, files=STORE_FILES, doc="storage.md"),
     "klog topics delete": Entry(
         examples="""klog topics delete events --yes""",
-        exit_status=(("1", "The prompt was declined: nothing deleted."),),
+        exit_status=(("1", "The prompt was declined, or the topic or the store does not exist: nothing "
+                           "deleted."),),
         environment=CLUSTER_ENV, files=STORE_FILES, doc="durability.md"),
     "klog topics clean": Entry(
         examples="""klog topics clean                 # retention (and due compaction) on every topic
@@ -248,7 +251,8 @@ klog groups describe billing --members""",
 klog groups reset-offsets billing --topic orders --to-earliest           # dry run: the plan
 klog groups reset-offsets billing --topic orders:0 --shift-by -1 --execute
 klog groups reset-offsets billing --all-topics --to-latest --export > plan.csv""",
-        exit_status=(("1", "--execute while the group has live members (they are named)."),),
+        exit_status=(("1", "--execute while the group has live members (they are named), an unknown "
+                           "topic, or no store at --data-dir."),),
         environment=CLUSTER_ENV, files=STORE_FILES, doc="groups.md"),
     "klog groups delete": Entry(
         examples="""klog consume orders --group billing -n 10 > /dev/null

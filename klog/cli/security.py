@@ -270,8 +270,12 @@ def acls_settings(
             raise UsageError("--allow-everyone-if-no-acl-found must be true, false or auto")
         allow = choices[allow_everyone_if_no_acl_found.lower()]
     users = [] if no_super_users else super_user
-    with open_store(data_dir) as store:
-        config = store.acls.set_config(users, allow)
+    if users is None and allow == "keep":  # only shown: a store that is not there is not made
+        with open_store(data_dir, create=False, read_only=True) as store:
+            config = store.acls.config()
+    else:
+        with open_store(data_dir) as store:
+            config = store.acls.set_config(users, allow)
     a = config.allow_everyone_if_no_acl_found
     doc = {"super.users": sorted(config.super_users),
            "allow.everyone.if.no.acl.found": "auto" if a is None else str(a).lower()}
@@ -341,7 +345,7 @@ def quotas_remove(
 ) -> None:
     """Remove quotas of one entity."""
     e = _entity(user, user_default, client_id, client_default)
-    with open_store(data_dir) as store:
+    with open_store(data_dir, create=False) as store:
         now = store.quotas.alter(e, remove=keys)
     print(f"Quotas of {_entity_text(e)}: {_quotas_text(now) or '(none)'}", file=sys.stderr)
 
