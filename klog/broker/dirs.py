@@ -62,9 +62,19 @@ def add_dir(store: BrokerStore, path: str) -> LogDirInfo:
 
 
 def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
-    """Move every replica off the directory, then forget it; returns the replicas moved."""
-    from klog.broker.replication import move_replica
+    """Move every replica off the directory, then forget it; returns the replicas moved.
 
+    A move recorded and not finished (PartitionMeta.move: one cut short) of a partition with a
+    replica in the directory, or that starts or ends there, is settled first, as the partition's
+    next write would settle it (finished when its new replica catches up, else rolled back): what
+    the directory then holds is moved as any other replica, and no move is left naming a directory
+    that is gone."""
+    from klog.broker.replication import move_replica, settle_move
+
+    for topic in store.list_topics():
+        for p, pm in enumerate(topic.partitions):
+            if pm.move is not None and (log_dir_id in pm.move or log_dir_id in pm.replicas):
+                settle_move(store, topic.name, p, warn)
     others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
     moved = 0
     for topic in store.list_topics():
