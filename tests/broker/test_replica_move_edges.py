@@ -85,6 +85,8 @@ def test_a_target_that_fills_up_while_copying_rolls_the_move_back(cli, data_dir,
     _every_record(data_dir, [b"after"])
     r = cli("topics", "reassign", "t", "--from", str(source), "--to", str(target))  # room again: it moves
     assert r.exit_code == 0, r
+    # (its new replica catching up is the move, said once: no warning of a replica "rejoining" the ISR)
+    assert r.stderr.splitlines() == [f"Moved 1 replicas of t from log directory {source} to {target}"], r.stderr
     assert target in _meta(data_dir).replicas and source not in _meta(data_dir).replicas
     _every_record(data_dir, [b"after"])
 

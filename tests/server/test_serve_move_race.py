@@ -1,0 +1,157 @@
+"""`klog serve`'s AlterReplicaLogDirs and a `klog topics reassign` of the same partition, in two
+processes, racing: both wait on the partition's lock (held by the test until both are waiting), so
+one moves first and the other then sees its move. Whichever wins, and whichever of the two is
+killed with -9 mid-copy, the partition ends with one replica, where the server was asked to put
+it (once the next write settled what a kill left), every record once, no folder left behind; the
+CLI either moved or says in one line why not, the server answers NONE."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import klog
+from tests.conftest import REPO
+
+RECORDS = 1000
+
+
+def _setup(data_dir: str) -> dict[int, str]:
+    with klog.open(data_dir) as store:
+        for i in (1, 2):
+            store.add_dir(os.path.join(data_dir, f"disk{i}"))
+        store.create_topic("t", 1, replication_factor=1, configs={"segment.bytes": "8000"})
+        with store.producer(batch_size=200) as producer:  # (~20 records a batch: ~50 batches to copy)
+            for i in range(RECORDS):
+                producer.send("t", b"%d" % i, partition=0)
+        assert store.topic("t").partitions[0].replicas == [0]
+        return {d: store.data_dir.log_dir_path(d) for d in store.log_dir_ids()}
+
+
+def _env(data_dir: str, crash: str | None) -> dict[str, str]:
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO}
+    env.pop("KLOG_CRASH_AT", None)
+    if crash:
+        env["KLOG_CRASH_AT"] = crash
+    return env
+
+
+def _lockers(inode: int) -> tuple[set[int], set[int]]:
+    """The processes holding, and those waiting for, a flock of the file `inode` (/proc/locks)."""
+    held, waiting = set(), set()
+    with open("/proc/locks") as f:
+        for line in f:
+            fields = line.split()[1:]
+            blocked = fields[0] == "->"
+            fields = fields[1:] if blocked else fields
+            if fields[0] == "FLOCK" and int(fields[4].rsplit(":", 1)[1]) == inode:
+                (waiting if blocked else held).add(int(fields[3]))
+    return held, waiting
+
+
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _alter(port: int, path: str, answers: list) -> None:
+    from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDir, AlterReplicaLogDirTopic
+
+    from tests.serve_helpers import RawClient
+
+    try:
+        with RawClient(port) as client:
+            client.sock.settimeout(60)
+            answer = client.send(34, 2, dirs=(AlterReplicaLogDir(path=path, topics=(
+                AlterReplicaLogDirTopic(name="t", partitions=(0,)),)),))
+            answers.append([(int(p.partition_index), int(p.error_code)) for t in answer.results
+                            for p in t.partitions])
+    except (OSError, EOFError) as e:  # (the server killed mid-move)
+        answers.append(e)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("first", "killed"), [("cli", None), ("serve", None), ("cli", "cli"), ("serve", "serve"),
+                                               ("cli", "serve"), ("serve", "cli")])
+def test_alter_replica_log_dirs_racing_a_reassign_leaves_one_replica(cli, data_dir, first, killed):
+    dirs = _setup(data_dir)
+    crash = "catch-up-copied:20"
+    serve = subprocess.Popen([sys.executable, "-m", "klog", "serve", "--listen", "127.0.0.1:0"],
+                             stderr=subprocess.PIPE, text=True,
+                             env=_env(data_dir, crash if killed == "serve" else None))
+    reassign = None
+    try:
+        port = int(serve.stderr.readline().split("listening on 127.0.0.1:")[1].split()[0])
+        answers: list = []
+        alter = threading.Thread(target=_alter, args=(port, dirs[2], answers))
+
+        def start_reassign() -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-m", "klog", "topics", "reassign", "t", "-p", "0", "--from", "0",
+                                     "--to", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=_env(data_dir, crash if killed == "cli" else None))
+
+        with klog.open(data_dir) as store:
+            lock = store.partition("t", 0).lock
+            lock.acquire()
+            inode = os.stat(lock.path).st_ino
+            try:  # the first mover waits for the lock, then takes it; the second asks while it holds it
+                if first == "cli":
+                    reassign = start_reassign()
+                    pid = reassign.pid
+                else:
+                    alter.start()
+                    pid = serve.pid
+                _until(lambda: pid in _lockers(inode)[1], "the first mover waits for the partition's lock")
+            finally:
+                lock.release()
+        _until(lambda: pid in _lockers(inode)[0] or (reassign.poll() is not None if first == "cli" else answers),
+               "the first mover holds the partition's lock, or is done")
+        if first == "cli":
+            alter.start()
+        else:
+            reassign = start_reassign()
+        out, err = reassign.communicate(timeout=60)
+        alter.join(60)
+        assert not alter.is_alive()
+        if killed == "serve":  # mid-copy: of 0 to 2 (first), or of 1 to 2 after the CLI's move
+            assert serve.wait(60) == -9 and len(answers) == 1 and isinstance(answers[0], Exception), answers
+        else:  # NONE: moved, from 0, or from 1 after the CLI's move (seen, not undone)
+            assert answers == [[(0, 0)]]
+        lines = err.splitlines()
+        if first == "cli":
+            assert (reassign.returncode, lines) == ((-9, []) if killed == "cli" else
+                                                   (0, ["Moved 1 replicas of t from log directory 0 to 1"])), err
+        else:  # the server moved t-0 first (finished by the CLI if the server was killed): nothing left in 0
+            said = ["klog: warning: replica of t-0 in log directory 2 caught up and rejoined the ISR",
+                    "klog: warning: t-0: finished the move of its replica from log directory 0 to 2 (cut short "
+                    "before)"] if killed == "serve" else []
+            assert (reassign.returncode, lines) == (1, [*said, "klog: error: t-0 has no replica in log directory 0"])
+    finally:
+        if reassign is not None and reassign.poll() is None:
+            reassign.kill()
+            reassign.wait(10)
+        if serve.poll() is None:
+            serve.terminate()
+            try:
+                serve.wait(30)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait(10)
+        serve.stderr.close()
+    r = cli("produce", "t", input=b"after\n")  # settles whatever a kill left pending
+    assert r.exit_code == 0, r
+    with klog.open(data_dir) as store:
+        meta = store.topics.get("t").partitions[0]
+        assert (meta.replicas, meta.isr, meta.leader, meta.move) == ([2], [2], 2, None)
+        assert [r.value for r in store.consumer("t")] == [b"%d" % i for i in range(RECORDS)] + [b"after"]
+        assert not [p for p in store.verify("t") if p["problems"]]
+    assert sorted(d for d, path in dirs.items() if os.path.isdir(os.path.join(path, "t-0"))) == [2]
+    assert not [p for path in dirs.values() for p in glob.glob(os.path.join(path, "klog-moved-*"))]
