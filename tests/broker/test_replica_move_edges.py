@@ -63,6 +63,7 @@ def _every_record(data_dir: str, extra: list[bytes]) -> None:
     assert got == list(enumerate([b"%d" % i for i in range(RECORDS)] + extra))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rf", [1, 2])
 def test_a_target_that_fills_up_while_copying_rolls_the_move_back(cli, data_dir, monkeypatch, rf):
     """The real copy (PartitionLog.append) fails with ENOSPC 10 batches in: one line, exit 1; the
@@ -154,6 +155,7 @@ def test_dirs_remove_settles_a_pending_move_of_the_directory_first(cli, klog_pro
     _every_record(data_dir, [b"after"])
 
 
+@pytest.mark.slow
 def test_dirs_remove_of_a_pending_moves_source_once_swapped(cli, klog_proc, monkeypatch, data_dir):
     """Cut short after the swap (t-0 already in 1, the old folder in 0 not yet deleted, the move still
     recorded): `dirs remove 0` settles it (the folder deleted), and has nothing left to move."""

@@ -155,3 +155,43 @@ def test_alter_replica_log_dirs_racing_a_reassign_leaves_one_replica(cli, data_d
         assert not [p for p in store.verify("t") if p["problems"]]
     assert sorted(d for d, path in dirs.items() if os.path.isdir(os.path.join(path, "t-0"))) == [2]
     assert not [p for path in dirs.values() for p in glob.glob(os.path.join(path, "klog-moved-*"))]
+
+
+@pytest.mark.slow
+def test_alter_replica_log_dirs_to_a_directory_that_fills_up_answers_kafka_storage_error(data_dir):
+    """The copy to the new directory fails with ENOSPC 10 batches in: KAFKA_STORAGE_ERROR (56, as
+    Kafka answers a move to an offline directory), the move rolled back, the partition still in 0,
+    every record there, and produces go on."""
+    import errno
+
+    from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDir, AlterReplicaLogDirTopic
+
+    from klog.server.server import Server
+    from klog.store.log import PartitionLog
+    from tests.serve_helpers import RawClient, batch, produce
+
+    dirs = _setup(data_dir)
+    real = PartitionLog.append
+    written = [0]
+
+    def append(self, data, header, *args, **kwargs):
+        if self.directory.startswith(dirs[2] + os.sep):
+            if written[0] >= 10:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            written[0] += 1
+        return real(self, data, header, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as full:
+        full.setattr(PartitionLog, "append", append)
+        with Server(data_dir, listen=("127.0.0.1", 0)) as server, RawClient(server.port) as client:
+            client.sock.settimeout(60)
+            answer = client.send(34, 2, dirs=(AlterReplicaLogDir(path=dirs[2], topics=(
+                AlterReplicaLogDirTopic(name="t", partitions=(0,)),)),))
+            assert [(p.partition_index, p.error_code) for t in answer.results for p in t.partitions] == [(0, 56)]
+            assert written[0] == 10
+            assert produce(client, "t", 0, batch([b"after"])) == (0, RECORDS)
+    with klog.open(data_dir) as store:
+        meta = store.topics.get("t").partitions[0]
+        assert (meta.replicas, meta.isr, meta.move) == ([0], [0], None)
+        assert [r.value for r in store.consumer("t")] == [b"%d" % i for i in range(RECORDS)] + [b"after"]
+    assert sorted(d for d, path in dirs.items() if os.path.isdir(os.path.join(path, "t-0"))) == [0]
