@@ -1,9 +1,9 @@
 """`klog serve`'s AlterReplicaLogDirs and a `klog topics reassign` of the same partition, in two
-processes, racing: both wait on the partition's lock (held by the test until both are waiting), so
-one moves first and the other then sees its move. Whichever wins, and whichever of the two is
-killed with -9 mid-copy, the partition ends with one replica, where the server was asked to put
-it (once the next write settled what a kill left), every record once, no folder left behind; the
-CLI either moved or says in one line why not, the server answers NONE."""
+processes, racing: the test holds the partition's lock until the first mover waits for it, then the
+second asks while the first holds it, and sees its move once it gets the lock. Whichever goes first,
+and whichever of the two is killed with -9 mid-copy, the partition ends with one replica, where the
+server was asked to put it (once the next write settled what a kill left), every record once, no
+folder left behind; the CLI moved or says in one line why not, the server answers NONE."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import klog
 from tests.conftest import REPO
+from tests.lock_waits import lockers, until
 
 RECORDS = 1000
 
@@ -40,26 +40,6 @@ def _env(data_dir: str, crash: str | None) -> dict[str, str]:
     if crash:
         env["KLOG_CRASH_AT"] = crash
     return env
-
-
-def _lockers(inode: int) -> tuple[set[int], set[int]]:
-    """The processes holding, and those waiting for, a flock of the file `inode` (/proc/locks)."""
-    held, waiting = set(), set()
-    with open("/proc/locks") as f:
-        for line in f:
-            fields = line.split()[1:]
-            blocked = fields[0] == "->"
-            fields = fields[1:] if blocked else fields
-            if fields[0] == "FLOCK" and int(fields[4].rsplit(":", 1)[1]) == inode:
-                (waiting if blocked else held).add(int(fields[3]))
-    return held, waiting
-
-
-def _until(check, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def _alter(port: int, path: str, answers: list) -> None:
@@ -109,10 +89,10 @@ def test_alter_replica_log_dirs_racing_a_reassign_leaves_one_replica(cli, data_d
                 else:
                     alter.start()
                     pid = serve.pid
-                _until(lambda: pid in _lockers(inode)[1], "the first mover waits for the partition's lock")
+                until(lambda: pid in lockers(inode)[1], "the first mover waits for the partition's lock")
             finally:
                 lock.release()
-        _until(lambda: pid in _lockers(inode)[0] or (reassign.poll() is not None if first == "cli" else answers),
+        until(lambda: pid in lockers(inode)[0] or (reassign.poll() is not None if first == "cli" else answers),
                "the first mover holds the partition's lock, or is done")
         if first == "cli":
             alter.start()
