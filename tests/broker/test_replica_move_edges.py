@@ -238,3 +238,4 @@ def test_dirs_remove_moves_off_a_replica_moved_into_the_directory_meanwhile(cli,
             meta = store.topics.get(name).partitions[0]
             assert 2 not in meta.replicas and meta.move is None and len(meta.replicas) == 1, meta
             assert [r.value for r in store.consumer(name)] == [b"%d" % i for i in range(100)]
+
