@@ -239,3 +239,19 @@ def test_dirs_remove_moves_off_a_replica_moved_into_the_directory_meanwhile(cli,
             assert 2 not in meta.replicas and meta.move is None and len(meta.replicas) == 1, meta
             assert [r.value for r in store.consumer(name)] == [b"%d" % i for i in range(100)]
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["catch-up-copied:20", "move-caught-up", "move-settled"])
+def test_dirs_remove_killed_mid_move_is_finished_by_running_it_again(cli, klog_proc, monkeypatch, data_dir, step):
+    dirs = _store(cli, data_dir, 1)
+    monkeypatch.setenv("KLOG_CRASH_AT", step)
+    assert klog_proc("dirs", "remove", "0").returncode == -9
+    monkeypatch.delenv("KLOG_CRASH_AT")
+    assert _meta(data_dir).move is not None
+    r = cli("dirs", "remove", "0")
+    assert r.exit_code == 0 and r.out.startswith("Removed log directory 0 ("), r
+    after = _meta(data_dir)
+    assert after.move is None and len(after.replicas) == 1 and 0 not in after.replicas, after
+    assert _folders(dirs) == after.replicas  # (none left in 0 either)
+    _every_record(data_dir, [])
