@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from klog.broker.replication import dir_health, replica_path
-from klog.errors import UsageError
+from klog.errors import KlogError, UsageError
 from klog.store.format import parse_partition_dir
 from klog.store.log import folder_log_bytes
 
@@ -61,22 +61,47 @@ def add_dir(store: BrokerStore, path: str) -> LogDirInfo:
     return next(i for i in list_dirs(store) if i.id == new.id)
 
 
-def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
-    """Move every replica off the directory, then forget it; returns the replicas moved."""
-    from klog.broker.replication import move_replica
+REMOVE_PASSES = 3  # passes over the topics, while other processes move replicas into the directory meanwhile
 
-    others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
+
+def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
+    """Move every replica off the directory, then forget it; returns the replicas moved.
+
+    A move recorded and not finished (PartitionMeta.move: one cut short, or one another process is
+    making: its lock is waited for) of a partition with a replica in the directory, or that starts
+    or ends there, is settled first, as the partition's next write would settle it (finished when
+    its new replica catches up, else rolled back): what the directory then holds is moved as any
+    other replica, and no move is left naming a directory that is gone. The directory is forgotten
+    only after a pass over the topics finds nothing in it: a replica another process moved into it
+    meanwhile (`topics reassign`, klog serve) is moved off too, not left in a directory the store no
+    longer knows."""
+    from klog.broker.replication import move_replica, settle_move
+
     moved = 0
-    for topic in store.list_topics():
-        for p, pm in enumerate(topic.partitions):
+    for _ in range(REMOVE_PASSES):
+        left = [(topic.name, p, pm) for topic in store.list_topics() for p, pm in enumerate(topic.partitions)
+                if log_dir_id in pm.replicas or (pm.move is not None and log_dir_id in pm.move)]
+        if not left:
+            store.data_dir.remove_log_dir(log_dir_id)
+            return moved
+        others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
+        for name, p, pm in left:
+            if pm.move is not None:
+                pm = settle_move(store, name, p, warn)
             if log_dir_id not in pm.replicas:
                 continue
             choices = sorted((d for d in others if d.id not in pm.replicas), key=lambda d: (d.replicas, d.id))
             if not choices:
                 raise UsageError(f"cannot remove log directory {log_dir_id}: no other healthy directory can "
-                                 f"take the replica of {topic.name}-{p}")
-            move_replica(store, topic.name, p, log_dir_id, choices[0].id, warn)
+                                 f"take the replica of {name}-{p}")
+            try:
+                move_replica(store, name, p, log_dir_id, choices[0].id, warn)
+            except KlogError:
+                now = store.topics.get(name).partitions[p]
+                if log_dir_id in now.replicas or now.move is not None:
+                    raise
+                continue  # moved off it meanwhile, by another process
             choices[0].replicas += 1
             moved += 1
-    store.data_dir.remove_log_dir(log_dir_id)
-    return moved
+    raise KlogError(f"cannot remove log directory {log_dir_id}: replicas are being moved into it meanwhile "
+                    "(by another process); run the command again once they are")

@@ -886,7 +886,11 @@ def move_replica(store: BrokerStore, topic: str, partition: int, source: int, ta
     partition's next reconcile, in any process: finished when the new replica is in the ISR, else
     rolled back (see ReplicaManager._settle_move). A move still pending when another is asked
     for is settled first; asked again, a move that is then done does nothing."""
-    manager = ReplicaManager(store, warn)
+    # the new replica catching up is the move itself, not a replica back in the ISR: not said
+    # (the command says what it moved; a move cut short and settled by another write still says it)
+    joined = f"replica of {topic}-{partition} in log directory {target} caught up and rejoined the ISR"
+    say = warn or store.warn
+    manager = ReplicaManager(store, lambda message: None if message == joined else say(message))
     part = store.partition(topic, partition)
     with part.lock:
         meta = store.topics.get(topic).partitions[partition]

@@ -197,6 +197,8 @@ def reassign(
         parts = store.reassign(topic, source, target, partition)
     if as_json:
         print(json.dumps({"topic": topic, "moved": parts, "from": source, "to": target}))
+    elif not parts:  # (moved before, by this command or another process: said, not "Moved 0 replicas")
+        print(f"Moved nothing: no replica of {topic} is in log directory {source}", file=sys.stderr)
     else:
         print(f"Moved {len(parts)} replicas of {topic} from log directory {source} to {target}", file=sys.stderr)
 
