@@ -44,7 +44,7 @@ from klog.spark.sink import (
     StreamCommitter,
     check_sink_schema,
     discard,
-    send_batches,
+    send_task,
     send_transaction,
     stage_batches,
     staged_batches,
@@ -271,7 +271,7 @@ class KlogBatchWriter(DataSourceArrowWriter):
         if self.staged:
             return StagedMessage(*stage_batches(self.staging_dir, iterator))
         with _open_store(self.opts) as store:
-            return WrittenMessage(send_batches(store, self.opts, iterator))
+            return WrittenMessage(send_task(store, self.opts, iterator))
 
     def commit(self, messages: list) -> None:
         if not self.staged:
