@@ -259,6 +259,7 @@ class StreamCommitter:
                 send_staged(store, self.opts, paths)
                 if marker is not None:
                     _write_marker(marker)
+                    _test_crash_point("marked", batch_id)
         discard(paths)
 
 

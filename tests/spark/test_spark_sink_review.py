@@ -82,3 +82,44 @@ def test_python_workers_import_pyspark_with_its_bytecode(spark) -> None:
 
     path, pythonpath = spark.sparkContext.parallelize([0], 1).map(where).collect()[0]
     assert ".zip" not in path and "pyspark.zip" not in pythonpath
+
+
+@pytest.mark.slow
+def test_driver_killed_after_a_batch_is_produced_then_restarted_writes_each_record_once(cli, spark, store,
+                                                                                        data_dir, tmp_path) -> None:
+    """Without a transactional id: SIGKILL of a `klog spark stream` driver process after batch 1's
+    records are produced and its marker is in the checkpoint, before Spark logs batch 1 as committed.
+    The restarted query (in the test's own session) replays batch 1, which the marker skips."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    store.create_topic("in", partitions=2)
+    with store.producer() as producer:
+        for i in range(40):
+            producer.send("in", f"rec-{i}".encode(), key=f"k{i % 3}".encode())
+    args = ["spark", "stream", "--from", "in", "--to", "out", "--available-now", "--sql",
+            "SELECT key, upper(value) AS value FROM source", "--max-records-per-batch", "15",
+            "--checkpoint", str(tmp_path / "ckpt")]
+    env = {**os.environ, "KLOG_DATA_DIR": data_dir, "PYTHONPATH": REPO, "KLOG_SPARK_CDS": "0",
+           "KLOG_SPARK_SINK_KILL": "marked:1"}
+    proc = subprocess.Popen([sys.executable, "-m", "klog", *args, "--master", "local[1]"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=240)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its session outlived it
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == -signal.SIGKILL, err
+    assert _count(store, "out") == 30  # batches 0 and 1
+    assert not os.path.exists(tmp_path / "ckpt" / "commits" / "1")  # Spark had not logged batch 1
+
+    restarted = cli(*args)
+    assert restarted.exit_code == 0, restarted.stderr
+    assert "streamed 25 records" in restarted.stderr  # batch 1 again (skipped by the sink), then batch 2
+    assert sorted(r.value.decode() for r in store.consumer("out")) == sorted(f"REC-{i}" for i in range(40))
