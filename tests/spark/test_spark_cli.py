@@ -195,6 +195,18 @@ def test_run_passes_the_scripts_exit_code(cli, tmp_path, spark) -> None:
     assert (result.exit_code, result.out) == (3, "3\n")
 
 
+def test_run_a_failing_script_shows_its_own_traceback(cli, tmp_path, spark) -> None:
+    """As `python script.py` would: the script's frames and error, exit 1; not klog's CLI frames."""
+    script = tmp_path / "fails.py"
+    script.write_text("def step():\n    raise ValueError('bad row 7')\n\nstep()\n")
+    result = cli("spark", "run", str(script))
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad row 7"
+    assert str(script) in lines[1] and "raise ValueError" in result.stderr
+    assert "klog/cli" not in result.stderr and "runpy" not in result.stderr
+
+
 def test_stream_available_now_twice_with_records_in_between(cli, store, spark) -> None:
     def produce(start: int, stop: int) -> None:
         with store.producer() as producer:
