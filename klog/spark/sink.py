@@ -271,6 +271,17 @@ def discard(paths: Iterable[str]) -> None:
             pass
 
 
+def sweep(directory: str) -> None:
+    """Remove what is left in a staging directory once its batch is committed: the files of task
+    attempts that failed, were killed or lost to a speculative copy, and of a run killed before
+    its commit discarded them. No later batch needs them (a replayed batch stages its rows again)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    discard(os.path.join(directory, name) for name in names)
+
+
 def _write_marker(path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"

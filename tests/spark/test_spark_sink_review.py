@@ -118,8 +118,11 @@ def test_driver_killed_after_a_batch_is_produced_then_restarted_writes_each_reco
     assert proc.returncode == -signal.SIGKILL, err
     assert _count(store, "out") == 30  # batches 0 and 1
     assert not os.path.exists(tmp_path / "ckpt" / "commits" / "1")  # Spark had not logged batch 1
+    staging = tmp_path / "ckpt" / "klog-sink" / "staging"
+    assert os.listdir(staging)  # batch 1's staged rows, which the killed commit did not discard
 
     restarted = cli(*args)
     assert restarted.exit_code == 0, restarted.stderr
     assert "streamed 25 records" in restarted.stderr  # batch 1 again (skipped by the sink), then batch 2
     assert sorted(r.value.decode() for r in store.consumer("out")) == sorted(f"REC-{i}" for i in range(40))
+    assert os.listdir(staging) == []  # the dead run's files too, once a batch is committed
