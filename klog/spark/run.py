@@ -34,8 +34,13 @@ def run_script(spark, script: str, args: list[str]) -> int:  # noqa: ANN001 - Sp
             return e.code
         print(e.code, file=sys.stderr)
         return 1
-    except Exception as e:  # noqa: BLE001 - the script's own error, reported as `python SCRIPT` would
-        _print_script_traceback(e, script)
+    except Exception as e:
+        from klog.errors import KlogError
+        from klog.spark.failures import is_spark_error
+
+        if isinstance(e, KlogError) or is_spark_error(e):
+            raise  # a Spark or klog error: klog's one line (spark_errors), as for the other commands
+        _print_script_traceback(e, script)  # the script's own error, as `python SCRIPT` reports it
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path

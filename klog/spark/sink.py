@@ -81,10 +81,12 @@ def _millis_list(batch) -> list | None:  # noqa: ANN001
 
 def send_task(store, opts: WriteOptions, batches: Iterable) -> int:
     """A batch-write task's rows, produced only once all of them are there and checked: they are
-    spooled to an unnamed local file as Spark computes them, each batch checked (check_rows) with
-    the producer's own rules. So a task that fails (an error in the query, a row the producer would
-    refuse) has produced nothing, rather than the rows before the failure; its retry writes them
-    once. Only a task killed while producing leaves a part of its rows, as in Spark's Kafka sink."""
+    spooled to an unnamed local file as Spark hands them over, each batch checked (check_rows) with
+    the producer's own rules. So a task that fails on a row the producer would refuse has
+    produced nothing, rather than the rows before it. Not covered, as in Spark's Kafka sink: a
+    task killed while producing, and an error in the query that Spark reports after ending the
+    writer's input as if it were complete (Python writers cannot tell): the rows handed over
+    before it are produced."""
     with store.producer(acks=opts.acks, compression_type=opts.compression) as producer, _spool_file() as f:
         return send_rows(producer, opts, _spooled(f, batches, lambda b: check_rows(producer, opts, b)))[0]
 

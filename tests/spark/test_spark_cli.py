@@ -205,6 +205,10 @@ def test_run_a_failing_script_shows_its_own_traceback(cli, tmp_path, spark) -> N
     assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad row 7"
     assert str(script) in lines[1] and "raise ValueError" in result.stderr
     assert "klog/cli" not in result.stderr and "runpy" not in result.stderr
+    script.write_text("spark.sql('SELEC 1').collect()\n")  # a Spark error stays klog's one line
+    result = cli("spark", "run", str(script))
+    assert result.exit_code == 1 and result.stderr.startswith("klog: error: Spark: ")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
 def test_stream_available_now_twice_with_records_in_between(cli, store, spark) -> None:
