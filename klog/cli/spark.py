@@ -155,6 +155,12 @@ def register(app: typer.Typer) -> None:
         check_format(to.lower())
         if out is not None:
             check_output(to.lower(), out, overwrite)
+        if to_topic is not None:
+            from klog.spark.options import open_store
+            from klog.spark.stream import check_target_topic
+
+            with open_store(settings.data_dir) as store:
+                check_target_topic(store, to_topic)
         with _session(settings) as spark:
             df = spark_sql.query(spark, settings.data_dir, query, value_format)
             if to_topic is not None:

@@ -34,6 +34,27 @@ def run_script(spark, script: str, args: list[str]) -> int:  # noqa: ANN001 - Sp
             return e.code
         print(e.code, file=sys.stderr)
         return 1
+    except Exception as e:
+        from klog.errors import KlogError
+        from klog.spark.failures import is_spark_error
+
+        if isinstance(e, KlogError) or is_spark_error(e):
+            raise  # a Spark or klog error: klog's one line (spark_errors), as for the other commands
+        _print_script_traceback(e, script)  # the script's own error, as `python SCRIPT` reports it
+        return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
+
+
+def _print_script_traceback(exc: BaseException, script: str) -> None:
+    """Python's traceback of an exception the script raised, from the script's first frame on
+    (klog's and runpy's frames above it are not the user's concern), exit code 1 as Python's."""
+    import traceback
+
+    tb = exc.__traceback__
+    path = os.path.abspath(script)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != path:
+        tb = tb.tb_next
+    sys.stderr.writelines(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    sys.stderr.flush()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from klog.errors import UsageError
 from klog.spark.options import WriteOptions
@@ -23,7 +24,7 @@ SINK_COLUMNS = ("value", "key", "headers", "topic", "partition", "timestamp")
 
 def check_sink_schema(schema, opts: WriteOptions) -> None:  # noqa: ANN001 - pyspark StructType
     """Fail on the driver, before any task runs, for a DataFrame the sink cannot write."""
-    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, TimestampType
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
 
     fields = {f.name: f.dataType for f in schema.fields}
     if "value" not in fields:
@@ -39,9 +40,20 @@ def check_sink_schema(schema, opts: WriteOptions) -> None:  # noqa: ANN001 - pys
         raise UsageError("column 'partition' must be an integer")
     if "timestamp" in fields and not isinstance(fields["timestamp"], (TimestampType, LongType)):
         raise UsageError("column 'timestamp' must be a timestamp or epoch milliseconds (bigint)")
-    if "headers" in fields and not (isinstance(fields["headers"], ArrayType)
-                                    and [f.name for f in fields["headers"].elementType.fields] == ["key", "value"]):
-        raise UsageError("column 'headers' must be an array of struct<key: string, value: binary>")
+    if "headers" in fields and not _headers_type(fields["headers"]):
+        raise UsageError("column 'headers' must be array<struct<key: string, value: binary>> (Spark's Kafka "
+                         f"type), not {fields['headers'].simpleString()}")
+
+
+def _headers_type(t) -> bool:  # noqa: ANN001 - pyspark DataType
+    """Spark's Kafka sink's headers type: array<struct<key: string, value: binary>>."""
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
+
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    fields = t.elementType.fields
+    return ([f.name for f in fields] == ["key", "value"] and isinstance(fields[0].dataType, StringType)
+            and isinstance(fields[1].dataType, BinaryType))
 
 
 def _binary_list(batch, name: str) -> list | None:  # noqa: ANN001 - pyarrow RecordBatch
@@ -67,10 +79,77 @@ def _millis_list(batch) -> list | None:  # noqa: ANN001
     return column.to_pylist()
 
 
-def send_batches(store, opts: WriteOptions, batches: Iterable) -> int:
-    """Produce every row of the Arrow batches with acks per the options; returns the row count."""
+def send_task(store, opts: WriteOptions, batches: Iterable) -> int:
+    """A batch-write task's rows, produced only once all of them are there and checked: they are
+    spooled to an unnamed local file as Spark hands them over, each batch checked (check_rows) with
+    the producer's own rules. So a task that fails on a row the producer would refuse has
+    produced nothing, rather than the rows before it. Not covered, as in Spark's Kafka sink: a
+    task killed while producing, and an error in the query that Spark reports after ending the
+    writer's input as if it were complete (Python writers cannot tell): the rows handed over
+    before it are produced."""
+    with store.producer(acks=opts.acks, compression_type=opts.compression) as producer, _spool_file() as f:
+        return send_rows(producer, opts, _spooled(f, batches, lambda b: check_rows(producer, opts, b)))[0]
+
+
+def send_staged(store, opts: WriteOptions, paths: list[str]) -> int:
+    """The staged files' rows, checked (check_rows) before the first is sent: a row the producer
+    would refuse fails the commit with nothing of the batch produced, not after a part of it."""
     with store.producer(acks=opts.acks, compression_type=opts.compression) as producer:
-        return send_rows(producer, opts, batches)[0]
+        for batch in staged_batches(paths):
+            check_rows(producer, opts, batch)
+        return send_rows(producer, opts, staged_batches(paths))[0]
+
+
+NULL_TOPIC = "a row has a null topic and there is no 'topic' option"
+
+
+def check_rows(producer, opts: WriteOptions, batch) -> None:  # noqa: ANN001 - Producer, pyarrow RecordBatch
+    """What the producer would refuse in this batch, raised before any of the task's rows is sent:
+    a null topic, a partition the topic does not have, a timestamp outside 0..2^63-1."""
+    from klog.client.records import check_partition, check_timestamp
+
+    names = batch.schema.names
+    if opts.topic or "topic" not in names:
+        topics = [opts.topic] * batch.num_rows
+    else:
+        if batch.column("topic").null_count:
+            raise UsageError(NULL_TOPIC)
+        topics = batch.column("topic").to_pylist()
+    if "partition" in names and batch.column("partition").null_count < batch.num_rows:
+        for topic, part in {(t, p) for t, p in zip(topics, batch.column("partition").to_pylist(), strict=True)
+                            if p is not None}:
+            check_partition(part, topic, producer.partitions_for(topic))
+    stamps = [t for t in _millis_list(batch) or () if t is not None]
+    if stamps:
+        check_timestamp(min(stamps))
+        check_timestamp(max(stamps))
+
+
+@contextmanager
+def _spool_file() -> Iterator:
+    """An unnamed temporary file (gone with the process, killed too), in Spark's local directory."""
+    import tempfile
+
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d and os.path.isdir(d)]
+    with tempfile.TemporaryFile(dir=dirs[0] if dirs else None) as f:
+        yield f
+
+
+def _spooled(f, batches: Iterable, check) -> Iterator:  # noqa: ANN001 - binary file, batch -> None
+    """Every batch checked and written to f, then (only then) read back in order."""
+    import pyarrow as pa
+
+    writer = None
+    for batch in batches:
+        check(batch)
+        if writer is None:
+            writer = pa.ipc.new_stream(f, batch.schema)
+        writer.write_batch(batch)
+    if writer is None:
+        return
+    writer.close()
+    f.seek(0)
+    yield from pa.ipc.open_stream(f)
 
 
 def send_rows(producer, opts: WriteOptions, batches: Iterable) -> tuple[int, set[str]]:  # noqa: ANN001 - Producer
@@ -90,7 +169,7 @@ def send_rows(producer, opts: WriteOptions, batches: Iterable) -> tuple[int, set
         for value, key, topic, part, ts, hs in zip(values, keys, topics, parts, stamps, headers, strict=True):
             if topic is None:
                 if not opts.topic:
-                    raise UsageError("a row has a null topic and there is no 'topic' option")
+                    raise UsageError(NULL_TOPIC)
                 topic = opts.topic
             producer.send(topic, value, key=key, partition=part, timestamp=ts,
                           headers=[(h["key"], h["value"]) for h in hs] if hs else None)
@@ -179,9 +258,10 @@ class StreamCommitter:
         else:
             marker = os.path.join(self.commits_dir, str(batch_id)) if self.commits_dir else None
             if marker is None or not os.path.exists(marker):
-                send_batches(store, self.opts, staged_batches(paths))
+                send_staged(store, self.opts, paths)
                 if marker is not None:
                     _write_marker(marker)
+                    _test_crash_point("marked", batch_id)
         discard(paths)
 
 
@@ -191,6 +271,17 @@ def discard(paths: Iterable[str]) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def sweep(directory: str) -> None:
+    """Remove what is left in a staging directory once its batch is committed: the files of task
+    attempts that failed, were killed or lost to a speculative copy, and of a run killed before
+    its commit discarded them. No later batch needs them (a replayed batch stages its rows again)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return
+    discard(os.path.join(directory, name) for name in names)
 
 
 def _write_marker(path: str) -> None:

@@ -44,10 +44,11 @@ from klog.spark.sink import (
     StreamCommitter,
     check_sink_schema,
     discard,
-    send_batches,
+    send_task,
     send_transaction,
     stage_batches,
     staged_batches,
+    sweep,
 )
 
 if TYPE_CHECKING:
@@ -271,7 +272,7 @@ class KlogBatchWriter(DataSourceArrowWriter):
         if self.staged:
             return StagedMessage(*stage_batches(self.staging_dir, iterator))
         with _open_store(self.opts) as store:
-            return WrittenMessage(send_batches(store, self.opts, iterator))
+            return WrittenMessage(send_task(store, self.opts, iterator))
 
     def commit(self, messages: list) -> None:
         if not self.staged:
@@ -296,7 +297,8 @@ def _staged_paths(messages: list) -> list[str]:
 
 def _discard_staging(paths: list[str], directory: str) -> None:
     discard(paths)
-    with contextlib.suppress(OSError):  # a failed task's file may remain: then the directory stays
+    sweep(directory)  # a failed, killed or speculative attempt's file: this write's directory is its own
+    with contextlib.suppress(OSError):
         os.rmdir(directory)
 
 
@@ -317,6 +319,7 @@ class KlogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's name
         with _open_store(self.opts) as store:
             self.committer.commit(store, _staged_paths(messages), batchId)
+        sweep(self.staging_dir)
 
     def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
         discard(_staged_paths(messages))

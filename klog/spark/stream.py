@@ -8,6 +8,7 @@ JSON values. The checkpoint holds the progress, so a restarted job goes on where
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import runpy
@@ -69,6 +70,10 @@ def check_request(data_dir: str, req: StreamRequest) -> None:
         raise UsageError("give one of --sql and --script")
     if req.script is not None and not os.path.isfile(req.script):
         raise UsageError(f"no such script: {req.script}")
+    if not math.isfinite(req.trigger_seconds) or req.trigger_seconds < 0:
+        raise UsageError(f"invalid --trigger-seconds '{req.trigger_seconds:g}': use 0 or more seconds")
+    if req.max_records_per_batch is not None and req.max_records_per_batch < 1:
+        raise UsageError(f"invalid --max-records-per-batch '{req.max_records_per_batch}': use 1 or more")
     if req.starting_offsets not in ("earliest", "latest"):
         raise UsageError(f"invalid --starting-offsets '{req.starting_offsets}': use earliest or latest")
     if req.output_mode not in OUTPUT_MODES:
@@ -81,6 +86,18 @@ def check_request(data_dir: str, req: StreamRequest) -> None:
         validate_transactional_id(req.transactional_id)
     with open_store(data_dir) as store:
         store.topic(req.source)  # an unknown source topic: one line before Spark plans anything
+        check_target_topic(store, req.target)
+
+
+def check_target_topic(store, topic: str) -> None:  # noqa: ANN001 - AnyStore
+    """A topic the command will produce to: a legal name, and there or creatable (else the first
+    batch would fail after Spark started)."""
+    from klog.errors import UnknownTopicError
+    from klog.store.names import validate_topic_name
+
+    validate_topic_name(topic)
+    if not store.has_topic(topic) and not store.auto_create_enabled():
+        raise UnknownTopicError(f"unknown topic '{topic}' (auto.create.topics.enable is false: create it first)")
 
 
 def parse_watermark(text: str) -> tuple[str, str]:

@@ -195,6 +195,22 @@ def test_run_passes_the_scripts_exit_code(cli, tmp_path, spark) -> None:
     assert (result.exit_code, result.out) == (3, "3\n")
 
 
+def test_run_a_failing_script_shows_its_own_traceback(cli, tmp_path, spark) -> None:
+    """As `python script.py` would: the script's frames and error, exit 1; not klog's CLI frames."""
+    script = tmp_path / "fails.py"
+    script.write_text("def step():\n    raise ValueError('bad row 7')\n\nstep()\n")
+    result = cli("spark", "run", str(script))
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-1] == "ValueError: bad row 7"
+    assert str(script) in lines[1] and "raise ValueError" in result.stderr
+    assert "klog/cli" not in result.stderr and "runpy" not in result.stderr
+    script.write_text("spark.sql('SELEC 1').collect()\n")  # a Spark error stays klog's one line
+    result = cli("spark", "run", str(script))
+    assert result.exit_code == 1 and result.stderr.startswith("klog: error: Spark: ")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
 def test_stream_available_now_twice_with_records_in_between(cli, store, spark) -> None:
     def produce(start: int, stop: int) -> None:
         with store.producer() as producer:
@@ -328,6 +344,14 @@ def _no_java_env(data_dir: str) -> dict:
     (["stream", "--from", "t", "--to", "u"], 2, "give one of --sql and --script"),
     (["run", "{tmp}/no-such-script.py"], 2, "no such script"),
     (["sql", "SELECT 1", "--master", "local[two]"], 2, "invalid --master 'local[two]'"),
+    # before, Spark started and failed later (or, for 0 records per batch, the cap was dropped)
+    (["stream", "--from", "t", "--to", "u", "--sql", "SELECT value FROM source", "--trigger-seconds", "-1"], 2,
+     "invalid --trigger-seconds '-1': use 0 or more seconds"),
+    (["stream", "--from", "t", "--to", "u", "--sql", "SELECT value FROM source", "--max-records-per-batch", "0"], 2,
+     "invalid --max-records-per-batch '0': use 1 or more"),
+    (["stream", "--from", "t", "--to", "u v", "--sql", "SELECT value FROM source"], 2,
+     "topic name 'u v' has illegal characters (' ')"),
+    (["sql", "SELECT 1 AS value", "--to-topic", "u/v"], 2, "topic name 'u/v' has illegal characters ('/')"),
 ])
 def test_option_errors_come_before_java(store, data_dir, tmp_path, args, code, message) -> None:
     """Bad options and unknown topics are reported before the JVM would start (~15 s): even without Java."""
@@ -336,6 +360,27 @@ def test_option_errors_come_before_java(store, data_dir, tmp_path, args, code, m
     assert result.returncode == code, result.stderr
     assert message in result.stderr and "Java" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["stream", "--from", "t", "--to", "missing", "--sql", "SELECT value FROM source"],
+    ["sql", "SELECT 1 AS value", "--to-topic", "missing"],
+])
+def test_a_target_topic_that_cannot_be_created_is_one_line_before_java(store, data_dir, args) -> None:
+    """With auto.create.topics.enable false, a missing --to / --to-topic would fail at the first write."""
+    import json
+
+    store.create_topic("t", partitions=1)
+    path = os.path.join(data_dir, "klog.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["defaults"] = {"auto.create.topics.enable": "false"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    result = _subprocess(["spark", *args], _no_java_env(data_dir))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == ("klog: error: unknown topic 'missing' (auto.create.topics.enable is false: "
+                             "create it first)\n")
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
