@@ -16,7 +16,7 @@ import logging
 import pytest
 
 import klog
-from klog.security.acl import CLUSTER_NAME, Operation, ResourceType
+from klog.security.acl import Operation, ResourceType
 from tests.cli.test_cli import assert_one_line_error
 from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
 from tests.server.test_serve_transactions import _read_all
@@ -74,6 +74,11 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
         assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
         got = _read_all(b, "h", 2, "read_committed", expect=2)
         assert sorted(got) == [b"after", b"committed"]  # past the aborted records, never showing them
+        # aborted at its coordinator, its producer fenced: its commit fails (markers only left the
+        # coordinator's transaction Ongoing, and this commit then succeeded with its records aborted)
+        with pytest.raises(ck.KafkaException, match="(?i)fenced"):
+            producer.commit_transaction(10)
+        assert json.loads(cli("transactions", "describe", "stuck", "--json").out)["state"] == "CompleteAbort"
         r = cli("transactions", "abort", "stuck", "-b", b)  # nothing left open in the partitions
         assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
         r = cli("transactions", "abort", "done", "-b", b)
@@ -103,7 +108,7 @@ def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811
 @pytest.mark.slow
 def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env fixture
     """Through -b the verbs are authorized as kafka-transactions.sh's requests are: an id alice may not
-    Describe is not listed and not described; abort writes markers, which needs ClusterAction."""
+    Describe is not listed and not described; abort (InitProducerId at its coordinator) needs Write on it."""
     props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
              "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
     topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
@@ -120,13 +125,14 @@ def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env 
         producer.flush(10)
         r = cli("transactions", "describe", "tx-open", "--json", *props)  # Write on the id implies Describe
         assert r.exit_code == 0 and json.loads(r.out)["partitions"] == ["t-0"], r.stderr
+        _set_acls(env, [*topic, allow(ResourceType.TRANSACTIONAL_ID, "tx-open", Operation.DESCRIBE)])
         r = cli("transactions", "abort", "tx-open", *props)
-        assert_one_line_error(r, 1, "t-0", "not authorized", "ClusterAction")
+        assert_one_line_error(r, 1, "tx-open", "not authorized", "Write on the TransactionalId")
         _set_acls(env, topic)  # no ACL on the id: not listed, not described
         r = cli("transactions", "list", "--json", *props)
         assert r.exit_code == 0 and r.out == "", r.stderr
         assert_one_line_error(cli("transactions", "describe", "tx-open", *props), 1, "tx-open", "not authorized")
-        _set_acls(env, [*topic, tid, allow(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CLUSTER_ACTION)])
+        _set_acls(env, [*topic, tid])
         r = cli("transactions", "abort", "tx-open", *props)
         assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
     finally:
