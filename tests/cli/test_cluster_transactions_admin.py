@@ -170,3 +170,37 @@ def test_describe_asks_again_while_the_coordinator_moves(monkeypatch):
     answers = iter(["moved"] * 2)
     with pytest.raises(KlogError, match="did not settle"):
         txn_admin.describe_transaction(store, "x")
+
+
+def test_abort_says_so_when_the_producers_commit_came_first(monkeypatch):
+    """InitProducerId answers CONCURRENT_TRANSACTIONS while the coordinator completes a commit its
+    producer decided just after `describe` saw it Ongoing: not 'aborted', one line saying it
+    committed; an answer without error (the transaction ended meanwhile) is 'no ongoing transaction'."""
+    from types import SimpleNamespace
+
+    from klog.client.remote import txn_admin, wire
+    from klog.errors import KlogError
+    from klog.meta.transactions import TxnMetadata
+
+    def doc(state: str) -> TxnMetadata:
+        return TxnMetadata("x", 7, 0, 60_000, state=state, partitions=[["t", 0]])
+
+    class Conn:
+        code = 51
+
+        def call(self, request, response_type):  # noqa: ANN001, ANN202
+            return SimpleNamespace(error_code=self.code)
+
+    states = iter([doc("Ongoing"), doc("PrepareCommit"), doc("CompleteCommit")])
+    monkeypatch.setattr(txn_admin, "describe_transaction", lambda store, tid: next(states))
+    monkeypatch.setattr(wire, "find_coordinator", lambda *a: ("127.0.0.1", 1))
+    monkeypatch.setattr(txn_admin._Connections, "to", lambda self, host, port: Conn())
+    monkeypatch.setattr(wire, "RETRY_PAUSE_S", 0)
+    store = SimpleNamespace(target=SimpleNamespace(label="test", properties={}), timeout=5)
+    with pytest.raises(KlogError, match="committed the transaction meanwhile: nothing aborted"):
+        txn_admin.abort_transaction(store, "x")
+    states = iter([doc("Ongoing"), doc("PrepareAbort"), doc("CompleteAbort")])
+    assert txn_admin.abort_transaction(store, "x") is True
+    Conn.code = 0
+    states = iter([doc("Ongoing")])
+    assert txn_admin.abort_transaction(store, "x") is False

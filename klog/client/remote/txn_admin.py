@@ -168,7 +168,9 @@ def abort_transaction(store, transactional_id: str) -> bool:  # noqa: ANN001 - R
         if code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
             raise KlogError(f"transactional id '{transactional_id}': not authorized to abort its transaction at "
                             f"{store.target.label} (Write on the TransactionalId)")
-        if code in (0, CONCURRENT_TRANSACTIONS):  # (0: it ended meanwhile; its producer is fenced all the same)
+        if code == 0:  # it ended meanwhile (its producer is fenced all the same)
+            return False
+        if code == CONCURRENT_TRANSACTIONS:  # aborting (or completing what its producer decided)
             break
         if code not in wire.RETRIABLE or time.monotonic() > deadline:
             raise KlogError(f"cannot abort transactional id '{transactional_id}' at {store.target.label}: "
@@ -176,8 +178,11 @@ def abort_transaction(store, transactional_id: str) -> bool:  # noqa: ANN001 - R
         time.sleep(wire.RETRY_PAUSE_S)
     while True:  # the coordinator writes the markers (at once in klog serve, in the background in Kafka)
         now = describe_transaction(store, transactional_id)
+        if now.state == "CompleteCommit":  # its producer's EndTxn came first: that decision stands
+            raise KlogError(f"transactional id '{transactional_id}': its producer committed the transaction "
+                            "meanwhile: nothing aborted")
         if now.state not in (ONGOING, "PrepareAbort", "PrepareCommit", "PrepareEpochFence"):
-            return code == CONCURRENT_TRANSACTIONS or now.state == "CompleteAbort"
+            return True
         if time.monotonic() > deadline:
             raise KlogError(f"transactional id '{transactional_id}': its coordinator at {store.target.label} "
                             f"did not complete the abort within {store.timeout:g} s ({now.state})")
