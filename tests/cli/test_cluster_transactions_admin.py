@@ -204,3 +204,40 @@ def test_abort_says_so_when_the_producers_commit_came_first(monkeypatch):
     Conn.code = 0
     states = iter([doc("Ongoing")])
     assert txn_admin.abort_transaction(store, "x") is False
+
+
+@pytest.mark.slow
+def test_abort_by_offset_of_a_transaction_the_principal_may_not_describe(env, cli):  # noqa: F811 - the env fixture
+    """Without Describe on the TransactionalId, ListTransactions does not name it: its running
+    transaction looks hanging to find-hanging (as to kafka-transactions.sh), and an abort by offset
+    with ClusterAction reached WriteTxnMarkers, which wrote an ABORT into a transaction its producer
+    could still commit elsewhere. klog serve refuses that marker (TRANSACTION_COORDINATOR_FENCED)."""
+    import time
+
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
+    cluster = allow(ResourceType.CLUSTER, "kafka-cluster", Operation.CLUSTER_ACTION)
+    _set_acls(env, [*topic, cluster, allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE)])
+    producer = ck.Producer({**env.conf, "transactional.id": "tx-hidden", "transaction.timeout.ms": 60_000},
+                           logger=logging.getLogger("tx-hidden-producer"))
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("t", b"open", partition=0, timestamp=int(time.time() * 1000) - 20 * 60_000)
+        producer.flush(10)
+        _set_acls(env, [*topic, cluster])  # the id no longer visible to alice
+        r = cli("transactions", "find-hanging", "--json", *props)
+        assert r.exit_code == 0, r.stderr
+        [doc] = [json.loads(line) for line in r.out.splitlines()]
+        assert (doc["topic"], doc["partition"], doc["start_offset"]) == ("t", 0, 1)
+        r = cli("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "1", *props)
+        assert_one_line_error(r, 1, "t-0", "TRANSACTION_COORDINATOR_FENCED", "still runs")
+        assert env.store.partition("t", 0).high_watermark() == 2  # no marker written
+        _set_acls(env, [*topic, cluster, allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE)])
+        producer.commit_transaction(10)
+        assert env.store.partition("t", 0).high_watermark() == 3  # its own COMMIT
+    finally:
+        producer.purge()
+        del producer
+        gc.collect()

@@ -28,7 +28,7 @@ from klog.protocol.loading import load_kio
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND = 53, 105
 CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 31, 29
-CONCURRENT_TRANSACTIONS = 51
+CONCURRENT_TRANSACTIONS, TRANSACTION_COORDINATOR_FENCED = 51, 52
 ONGOING = "Ongoing"
 NO_TXN = -1  # DescribeProducers' current_txn_start_offset when the producer has none open there
 
@@ -207,6 +207,9 @@ def _partition_error(tp: str, code: int, doing: str) -> KlogError:
         return KlogError(f"partition {tp}: not authorized to {doing} (Read on the topic)")
     if code == CLUSTER_AUTHORIZATION_FAILED:
         return KlogError(f"partition {tp}: not authorized to {doing} (ClusterAction on the cluster)")
+    if code == TRANSACTION_COORDINATOR_FENCED:  # (klog serve: its coordinator runs that transaction there)
+        return KlogError(f"partition {tp}: cannot {doing}: TRANSACTION_COORDINATOR_FENCED (the coordinator still "
+                         "runs the producer's transaction there, or a newer coordinator took it over)")
     return KlogError(f"partition {tp}: cannot {doing}: {error_name(code)}")
 
 
