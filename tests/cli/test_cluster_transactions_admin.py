@@ -16,6 +16,7 @@ import logging
 import pytest
 
 import klog
+from klog.meta.credentials import CredentialsMeta
 from klog.security.acl import Operation, ResourceType
 from tests.cli.test_cli import assert_one_line_error
 from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
@@ -218,15 +219,19 @@ def test_abort_by_offset_of_a_transaction_the_principal_may_not_describe(env, cl
              "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
     topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
     cluster = allow(ResourceType.CLUSTER, "kafka-cluster", Operation.CLUSTER_ACTION)
-    _set_acls(env, [*topic, cluster, allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE)])
-    producer = ck.Producer({**env.conf, "transactional.id": "tx-hidden", "transaction.timeout.ms": 60_000},
-                           logger=logging.getLogger("tx-hidden-producer"))
+    _set_acls(env, [*topic, cluster])  # alice: no ACL on the id
+    # the producer is bob's (librdkafka's producer re-asks its coordinator: its own ACLs must stay)
+    CredentialsMeta(env.store.meta).add("bob", "SCRAM-SHA-256", "pw")
+    env.acls.add([allow(T, "t", op, "User:bob") for op in (Operation.DESCRIBE, Operation.WRITE)]
+                 + [allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE, "User:bob")])
+    env.security.authorizer.invalidate()
+    producer = ck.Producer({**env.conf, "sasl.username": "bob", "transactional.id": "tx-hidden",
+                            "transaction.timeout.ms": 60_000}, logger=logging.getLogger("tx-hidden-producer"))
     try:
         producer.init_transactions(10)
         producer.begin_transaction()
         producer.produce("t", b"open", partition=0, timestamp=int(time.time() * 1000) - 20 * 60_000)
         producer.flush(10)
-        _set_acls(env, [*topic, cluster])  # the id no longer visible to alice
         r = cli("transactions", "find-hanging", "--json", *props)
         assert r.exit_code == 0, r.stderr
         [doc] = [json.loads(line) for line in r.out.splitlines()]
@@ -234,7 +239,6 @@ def test_abort_by_offset_of_a_transaction_the_principal_may_not_describe(env, cl
         r = cli("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "1", *props)
         assert_one_line_error(r, 1, "t-0", "TRANSACTION_COORDINATOR_FENCED", "still runs")
         assert env.store.partition("t", 0).high_watermark() == 2  # no marker written
-        _set_acls(env, [*topic, cluster, allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE)])
         producer.commit_transaction(10)
         assert env.store.partition("t", 0).high_watermark() == 3  # its own COMMIT
     finally:
