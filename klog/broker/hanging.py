@@ -77,10 +77,18 @@ def still_ongoing(txn: OpenTransaction, coordinator: TxnMetadata | None) -> str 
     if not names_partition(coordinator, txn.producer_id, txn.topic, txn.partition):
         return None
     assert coordinator is not None
-    return (f"{txn.topic}-{txn.partition}: the transaction of producer id {txn.producer_id} from offset "
+    from klog.meta.transactions import ONGOING
+
+    what = (f"{txn.topic}-{txn.partition}: the transaction of producer id {txn.producer_id} from offset "
             f"{txn.start_offset} is still {coordinator.state} at the coordinator (transactional id "
-            f"'{coordinator.transactional_id}'): it ends at its commit, abort or timeout; "
-            f"`klog transactions abort {coordinator.transactional_id}` aborts it now")
+            f"'{coordinator.transactional_id}')")
+    if coordinator.state == ONGOING:
+        return (f"{what}: it ends at its commit, abort or timeout; `klog transactions abort "
+                f"{coordinator.transactional_id}` aborts it now")
+    # decided (its producer's process may have died writing the markers): the coordinator completes it,
+    # not `abort TRANSACTIONAL_ID` (which aborts Ongoing transactions only)
+    return (f"{what}: decided, its markers are being written; a coordinator completes it (klog serve, or the "
+            "store's next transactional producer, once it is 5 s old)")
 
 
 def names_partition(coordinator: TxnMetadata | None, producer_id: int, topic: str, partition: int) -> bool:

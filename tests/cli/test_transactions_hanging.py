@@ -175,7 +175,8 @@ def test_a_commit_killed_between_its_markers_is_not_aborted_by_offset(data_dir, 
     assert (r.exit_code, r.stdout) == (0, b""), r
     r = cli("transactions", "abort", "--topic", "k", "--partition", "1", "--start-offset", "0")
     assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r
-    assert "is still PrepareCommit at the coordinator (transactional id 'k9')" in r.stderr
+    assert "is still PrepareCommit at the coordinator (transactional id 'k9'): decided" in r.stderr
+    assert "a coordinator completes it" in r.stderr and "transactions abort k9" not in r.stderr  # (aborts Ongoing only)
     with klog.open(data_dir) as s:
         TxnCoordinator(s, RawAppender(s)).recover()  # (klog serve's start, or the next pass after 5 s)
         assert _values(s, "k", 0) == [b"v0"] and _values(s, "k", 1) == [b"v1"]
