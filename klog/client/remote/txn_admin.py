@@ -240,6 +240,7 @@ def _write_abort(conn: wire.Connection, producer_id: int, epoch: int, coordinato
 
 # -- hanging transactions (kafka-transactions.sh find-hanging, abort --start-offset) ---------------------
 FIND_HANGING_TIMEOUT_MS = 15 * 60_000  # the tool's --max-transaction-timeout default (15 minutes)
+DESCRIBE_PRODUCERS_BATCH = 500  # partitions per DescribeProducers request (the tool's MAX_BATCH_SIZE)
 
 
 def _producers_at(conn: wire.Connection, tps: list[tuple[str, int]]) -> list:
@@ -251,18 +252,21 @@ def _producers_at(conn: wire.Connection, tps: list[tuple[str, int]]) -> list:
 
     from klog.broker.hanging import OpenTransaction
 
-    request = DescribeProducersRequest(topics=tuple(
-        TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(tps).items()))
-    answer = conn.call(request, DescribeProducersResponse)
     out = []
-    for topic in answer.topics:
-        for part in topic.partitions:
-            tp = (str(topic.name), int(part.partition_index))
-            if int(part.error_code):
-                raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
-            out += [OpenTransaction(tp[0], tp[1], int(s.producer_id), int(s.producer_epoch),
-                                    int(s.current_txn_start_offset), int(s.last_timestamp), int(s.coordinator_epoch))
-                    for s in part.active_producers if int(s.current_txn_start_offset) != NO_TXN]
+    for at in range(0, len(tps), DESCRIBE_PRODUCERS_BATCH):  # (as the tool: no giant request to one broker)
+        chunk = tps[at:at + DESCRIBE_PRODUCERS_BATCH]
+        request = DescribeProducersRequest(topics=tuple(
+            TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(chunk).items()))
+        answer = conn.call(request, DescribeProducersResponse)
+        for topic in answer.topics:
+            for part in topic.partitions:
+                tp = (str(topic.name), int(part.partition_index))
+                if int(part.error_code):
+                    raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
+                out += [OpenTransaction(tp[0], tp[1], int(s.producer_id), int(s.producer_epoch),
+                                        int(s.current_txn_start_offset), int(s.last_timestamp),
+                                        int(s.coordinator_epoch))
+                        for s in part.active_producers if int(s.current_txn_start_offset) != NO_TXN]
     return out
 
 
