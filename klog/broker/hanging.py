@@ -28,6 +28,7 @@ from klog.errors import KlogError, UsageError
 if TYPE_CHECKING:
     from klog.broker.batches import RawAppender
     from klog.broker.store_protocol import BrokerStore
+    from klog.meta.db import MetaDB
     from klog.meta.transactions import TxnMetadata
 
 NO_TXN = -1  # DescribeProducers' start offset (and coordinator epoch) when there is none
@@ -73,14 +74,38 @@ def is_hanging(txn: OpenTransaction, coordinator: TxnMetadata | None) -> bool:
 
 def still_ongoing(txn: OpenTransaction, coordinator: TxnMetadata | None) -> str | None:
     """Why the coordinator will end `txn` itself (one line), or None when nothing will."""
-    if coordinator is None or not coordinator.partitions or coordinator.producer_id != txn.producer_id:
+    if not names_partition(coordinator, txn.producer_id, txn.topic, txn.partition):
         return None
-    if (txn.topic, txn.partition) not in coordinator.tps():
-        return None
-    return (f"{txn.topic}-{txn.partition}: the transaction of producer id {txn.producer_id} from offset "
+    assert coordinator is not None
+    from klog.meta.transactions import ONGOING
+
+    what = (f"{txn.topic}-{txn.partition}: the transaction of producer id {txn.producer_id} from offset "
             f"{txn.start_offset} is still {coordinator.state} at the coordinator (transactional id "
-            f"'{coordinator.transactional_id}'): it ends at its commit, abort or timeout; "
-            f"`klog transactions abort {coordinator.transactional_id}` aborts it now")
+            f"'{coordinator.transactional_id}')")
+    if coordinator.state == ONGOING:
+        return (f"{what}: it ends at its commit, abort or timeout; `klog transactions abort "
+                f"{coordinator.transactional_id}` aborts it now")
+    # decided (its producer's process may have died writing the markers): the coordinator completes it,
+    # not `abort TRANSACTIONAL_ID` (which aborts Ongoing transactions only)
+    return (f"{what}: decided, its markers are being written; a coordinator completes it (klog serve, or the "
+            "store's next transactional producer, once it is 5 s old)")
+
+
+def names_partition(coordinator: TxnMetadata | None, producer_id: int, topic: str, partition: int) -> bool:
+    """Whether `coordinator` (a transactional id's document) runs or is completing a transaction of
+    `producer_id` in the partition: then it writes that partition's marker, and a marker anyone else
+    writes there would split the transaction (an ABORT here, its COMMIT elsewhere)."""
+    return (coordinator is not None and bool(coordinator.partitions) and coordinator.producer_id == producer_id
+            and (topic, partition) in coordinator.tps())
+
+
+def coordinated_by(meta: MetaDB, producer_id: int, topic: str, partition: int) -> TxnMetadata | None:
+    """The transactional id document whose transaction of `producer_id` names the partition (see
+    names_partition), or None: what refuses a marker from outside the coordinator (WriteTxnMarkers,
+    abort --start-offset), asked under the partition's lock."""
+    from klog.meta.transactions import TransactionsMeta
+
+    return next((m for m in TransactionsMeta(meta).all() if names_partition(m, producer_id, topic, partition)), None)
 
 
 # -- on a local store -------------------------------------------------------------------------------
@@ -132,7 +157,6 @@ def abort_open(store: BrokerStore, appender: RawAppender, topic: str, partition:
     """ABORT the open transaction starting at `start_offset` in the partition; returns it. A
     UsageError when no open transaction starts there, a KlogError when the coordinator still has
     it ongoing there (see still_ongoing)."""
-    from klog.meta.transactions import TransactionsMeta
     from klog.store.txn import ABORT
 
     partitions_to_search(store, topic, partition)  # (a one-line error for an unknown partition)
@@ -145,11 +169,9 @@ def abort_open(store: BrokerStore, appender: RawAppender, topic: str, partition:
     if reason is not None:
         raise KlogError(reason)
     epoch = txn.producer_epoch if txn.producer_epoch >= 0 else _epoch_at(store, topic, partition, start_offset)
-    meta = TransactionsMeta(store.meta)
 
     def still_wanted() -> bool:  # (asked under the partition's lock: the coordinator may have moved)
-        holder = [m for m in meta.all() if m.producer_id == txn.producer_id]
-        return all(still_ongoing(txn, m) is None for m in holder)
+        return coordinated_by(store.meta, txn.producer_id, topic, partition) is None
 
     at = appender.write_marker(topic, partition, txn.producer_id, epoch, ABORT, 0, still_wanted,
                                refuse_older_epoch=True)

@@ -98,8 +98,9 @@ def abort(
                                                          help="The hanging transaction's first offset there.")] = None,
         data_dir: DataDirOpt = None) -> None:
     """Abort the ongoing transaction of TRANSACTIONAL_ID (a hanging one holds every read_committed reader at
-    its first record): ABORT markers go to its partitions and its producer is fenced. Through a cluster (-b),
-    as kafka-transactions.sh: the markers go to each partition's leader (ClusterAction needed there).
+    its first record): ABORT markers go to its partitions and its producer is fenced. Through a cluster (-b)
+    the same, done by the id's coordinator (InitProducerId, as a new incarnation of the producer: Write on the
+    TransactionalId needed).
 
     With --topic, --partition and --start-offset instead (kafka-transactions.sh abort): an ABORT marker for
     the producer whose open transaction starts at that offset in that partition, as `find-hanging` lists
@@ -118,9 +119,7 @@ def abort(
         return
     with open_store(data_dir, create=False) as store:
         aborted = store.abort_transaction(transactional_id)
-        # through a cluster, as kafka-transactions.sh: markers only (the coordinator ends its side)
-        done = ("transaction aborted, producer fenced" if getattr(store, "is_local", True)
-                else "transaction aborted (ABORT markers written)")
+        done = "transaction aborted, producer fenced"  # (through a cluster too: by its coordinator)
     print(f"transactional id '{transactional_id}': " + (done if aborted else "no ongoing transaction"), file=sys.stderr)
 
 

@@ -351,14 +351,35 @@ async def end_txn(ctx: RequestContext, request: Any) -> Any:
 
 
 # -- WriteTxnMarkers ------------------------------------------------------------------------------------
+class _Coordinated(Exception):  # noqa: N818 - control flow: the coordinator runs the transaction there
+    pass
+
+
 def _write_marker(ctx: RequestContext, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
                   coordinator_epoch: int) -> E:
+    """One partition's marker. Every WriteTxnMarkers klog serve receives is an admin's (its own
+    coordinator writes its markers itself): refused, TRANSACTION_COORDINATOR_FENCED, in a partition
+    the coordinator's transaction of that producer still names (Ongoing or Prepare*), asked under
+    the partition's lock: that transaction's own marker comes from its coordinator, and one forced
+    in here would split it (ABORT here, COMMIT elsewhere). Kafka leaves that to the tool's user."""
+    from klog.broker.hanging import coordinated_by
     from klog.errors import InvalidProducerEpochError, InvalidTopicError, UnknownPartitionError, UnknownTopicError
     from klog.store.txn import ABORT, COMMIT
 
+    def still_wanted() -> bool:
+        holder = coordinated_by(ctx.store.meta, producer_id, topic, partition)
+        if holder is not None:
+            raise _Coordinated(f"WriteTxnMarkers {topic}-{partition}: refused, the transaction of producer id "
+                               f"{producer_id} there is {holder.state} at this coordinator (transactional id "
+                               f"{holder.transactional_id!r}); its coordinator writes its marker")
+        return True
+
     try:
         ctx.server.appender.write_marker(topic, partition, producer_id, epoch, COMMIT if commit else ABORT,
-                                         coordinator_epoch, lambda: True, refuse_older_epoch=True)
+                                         coordinator_epoch, still_wanted, refuse_older_epoch=True)
+    except _Coordinated as e:
+        ctx.log.warning("%s", e)
+        return E.transaction_coordinator_fenced
     except (UnknownTopicError, UnknownPartitionError, InvalidTopicError):  # (invalid: nothing to log per partition)
         return E.unknown_topic_or_partition
     except InvalidProducerEpochError:

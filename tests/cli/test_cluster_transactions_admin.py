@@ -16,7 +16,8 @@ import logging
 import pytest
 
 import klog
-from klog.security.acl import CLUSTER_NAME, Operation, ResourceType
+from klog.meta.credentials import CredentialsMeta
+from klog.security.acl import Operation, ResourceType
 from tests.cli.test_cli import assert_one_line_error
 from tests.server.test_serve_acl_matrix import T, _set_acls, allow, env  # noqa: F401 - env is a fixture
 from tests.server.test_serve_transactions import _read_all
@@ -74,6 +75,11 @@ def test_list_describe_abort_through_a_cluster(kafka_server, cli, data_dir):
         assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
         got = _read_all(b, "h", 2, "read_committed", expect=2)
         assert sorted(got) == [b"after", b"committed"]  # past the aborted records, never showing them
+        # aborted at its coordinator, its producer fenced: its commit fails (markers only left the
+        # coordinator's transaction Ongoing, and this commit then succeeded with its records aborted)
+        with pytest.raises(ck.KafkaException, match="(?i)fenced"):
+            producer.commit_transaction(10)
+        assert json.loads(cli("transactions", "describe", "stuck", "--json").out)["state"] == "CompleteAbort"
         r = cli("transactions", "abort", "stuck", "-b", b)  # nothing left open in the partitions
         assert r.exit_code == 0 and "no ongoing transaction" in r.stderr, r.stderr
         r = cli("transactions", "abort", "done", "-b", b)
@@ -103,7 +109,7 @@ def test_transactional_producer_without_write_on_its_id(env, cli):  # noqa: F811
 @pytest.mark.slow
 def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env fixture
     """Through -b the verbs are authorized as kafka-transactions.sh's requests are: an id alice may not
-    Describe is not listed and not described; abort writes markers, which needs ClusterAction."""
+    Describe is not listed and not described; abort (InitProducerId at its coordinator) needs Write on it."""
     props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
              "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
     topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
@@ -120,13 +126,14 @@ def test_transactions_verbs_need_kafkas_acls(env, cli):  # noqa: F811 - the env 
         producer.flush(10)
         r = cli("transactions", "describe", "tx-open", "--json", *props)  # Write on the id implies Describe
         assert r.exit_code == 0 and json.loads(r.out)["partitions"] == ["t-0"], r.stderr
+        _set_acls(env, [*topic, allow(ResourceType.TRANSACTIONAL_ID, "tx-open", Operation.DESCRIBE)])
         r = cli("transactions", "abort", "tx-open", *props)
-        assert_one_line_error(r, 1, "t-0", "not authorized", "ClusterAction")
+        assert_one_line_error(r, 1, "tx-open", "not authorized", "Write on the TransactionalId")
         _set_acls(env, topic)  # no ACL on the id: not listed, not described
         r = cli("transactions", "list", "--json", *props)
         assert r.exit_code == 0 and r.out == "", r.stderr
         assert_one_line_error(cli("transactions", "describe", "tx-open", *props), 1, "tx-open", "not authorized")
-        _set_acls(env, [*topic, tid, allow(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CLUSTER_ACTION)])
+        _set_acls(env, [*topic, tid])
         r = cli("transactions", "abort", "tx-open", *props)
         assert r.exit_code == 0 and "transaction aborted" in r.stderr, r.stderr
     finally:
@@ -164,3 +171,77 @@ def test_describe_asks_again_while_the_coordinator_moves(monkeypatch):
     answers = iter(["moved"] * 2)
     with pytest.raises(KlogError, match="did not settle"):
         txn_admin.describe_transaction(store, "x")
+
+
+def test_abort_says_so_when_the_producers_commit_came_first(monkeypatch):
+    """InitProducerId answers CONCURRENT_TRANSACTIONS while the coordinator completes a commit its
+    producer decided just after `describe` saw it Ongoing: not 'aborted', one line saying it
+    committed; an answer without error (the transaction ended meanwhile) is 'no ongoing transaction'."""
+    from types import SimpleNamespace
+
+    from klog.client.remote import txn_admin, wire
+    from klog.errors import KlogError
+    from klog.meta.transactions import TxnMetadata
+
+    def doc(state: str) -> TxnMetadata:
+        return TxnMetadata("x", 7, 0, 60_000, state=state, partitions=[["t", 0]])
+
+    class Conn:
+        code = 51
+
+        def call(self, request, response_type):  # noqa: ANN001, ANN202
+            return SimpleNamespace(error_code=self.code)
+
+    states = iter([doc("Ongoing"), doc("PrepareCommit"), doc("CompleteCommit")])
+    monkeypatch.setattr(txn_admin, "describe_transaction", lambda store, tid: next(states))
+    monkeypatch.setattr(wire, "find_coordinator", lambda *a: ("127.0.0.1", 1))
+    monkeypatch.setattr(txn_admin._Connections, "to", lambda self, host, port: Conn())
+    monkeypatch.setattr(wire, "RETRY_PAUSE_S", 0)
+    store = SimpleNamespace(target=SimpleNamespace(label="test", properties={}), timeout=5)
+    with pytest.raises(KlogError, match="committed the transaction meanwhile: nothing aborted"):
+        txn_admin.abort_transaction(store, "x")
+    states = iter([doc("Ongoing"), doc("PrepareAbort"), doc("CompleteAbort")])
+    assert txn_admin.abort_transaction(store, "x") is True
+    Conn.code = 0
+    states = iter([doc("Ongoing")])
+    assert txn_admin.abort_transaction(store, "x") is False
+
+
+@pytest.mark.slow
+def test_abort_by_offset_of_a_transaction_the_principal_may_not_describe(env, cli):  # noqa: F811 - the env fixture
+    """Without Describe on the TransactionalId, ListTransactions does not name it: its running
+    transaction looks hanging to find-hanging (as to kafka-transactions.sh), and an abort by offset
+    with ClusterAction reached WriteTxnMarkers, which wrote an ABORT into a transaction its producer
+    could still commit elsewhere. klog serve refuses that marker (TRANSACTION_COORDINATOR_FENCED)."""
+    import time
+
+    props = ["-b", env.conf["bootstrap.servers"], "-X", "security.protocol=SASL_PLAINTEXT",
+             "-X", "sasl.mechanism=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X", "sasl.password=pw"]
+    topic = [allow(T, "t", op) for op in (Operation.DESCRIBE, Operation.WRITE, Operation.READ)]
+    cluster = allow(ResourceType.CLUSTER, "kafka-cluster", Operation.CLUSTER_ACTION)
+    _set_acls(env, [*topic, cluster])  # alice: no ACL on the id
+    # the producer is bob's (librdkafka's producer re-asks its coordinator: its own ACLs must stay)
+    CredentialsMeta(env.store.meta).add("bob", "SCRAM-SHA-256", "pw")
+    env.acls.add([allow(T, "t", op, "User:bob") for op in (Operation.DESCRIBE, Operation.WRITE)]
+                 + [allow(ResourceType.TRANSACTIONAL_ID, "tx-hidden", Operation.WRITE, "User:bob")])
+    env.security.authorizer.invalidate()
+    producer = ck.Producer({**env.conf, "sasl.username": "bob", "transactional.id": "tx-hidden",
+                            "transaction.timeout.ms": 60_000}, logger=logging.getLogger("tx-hidden-producer"))
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("t", b"open", partition=0, timestamp=int(time.time() * 1000) - 20 * 60_000)
+        producer.flush(10)
+        r = cli("transactions", "find-hanging", "--json", *props)
+        assert r.exit_code == 0, r.stderr
+        [doc] = [json.loads(line) for line in r.out.splitlines()]
+        assert (doc["topic"], doc["partition"], doc["start_offset"]) == ("t", 0, 1)
+        r = cli("transactions", "abort", "--topic", "t", "--partition", "0", "--start-offset", "1", *props)
+        assert_one_line_error(r, 1, "t-0", "TRANSACTION_COORDINATOR_FENCED", "still runs")
+        assert env.store.partition("t", 0).high_watermark() == 2  # no marker written
+        producer.commit_transaction(10)
+        assert env.store.partition("t", 0).high_watermark() == 3  # its own COMMIT
+    finally:
+        producer.purge()
+        del producer
+        gc.collect()

@@ -74,3 +74,24 @@ def test_find_hanging_and_abort_by_offset_through_a_cluster(kafka_server, cli, d
         producer.purge()
         del producer, plain
         gc.collect()  # librdkafka clients gone before the server: none reconnects and logs into later tests
+
+
+def test_find_hanging_asks_describe_producers_500_partitions_at_a_time(monkeypatch):
+    """1,200 partitions at one leader: three DescribeProducers requests (kafka-transactions.sh's
+    MAX_BATCH_SIZE), not one naming them all; each partition asked once."""
+    from types import SimpleNamespace
+
+    from klog.client.remote import txn_admin
+
+    asked: list[int] = []
+
+    class Conn:
+        def call(self, request, response_type):  # noqa: ANN001, ANN202
+            names = [(str(t.name), [int(p) for p in t.partition_indexes]) for t in request.topics]
+            asked.append(sum(len(ps) for _, ps in names))
+            return SimpleNamespace(topics=[SimpleNamespace(name=n, partitions=[SimpleNamespace(
+                partition_index=p, error_code=0, active_producers=[]) for p in ps]) for n, ps in names])
+
+    tps = [(f"t{i % 3}", i) for i in range(1200)]
+    assert txn_admin._producers_at(Conn(), tps) == []
+    assert asked == [500, 500, 200]

@@ -14,6 +14,8 @@ import contextlib
 import json
 import time
 
+import pytest
+
 from klog.errors import ProducerFencedError
 from klog.meta.transactions import TransactionsMeta
 
@@ -122,3 +124,59 @@ def test_abort_takes_an_id_or_a_partition_and_offset(cli):
     assert (r.exit_code, r.stderr.strip()) == (2, "klog: error: --partition needs --topic"), r
     r = cli("transactions", "find-hanging", "--topic", "t", "--partition", "3")
     assert (r.exit_code, r.stderr.strip()) == (2, "klog: error: topic 't' has no partition 3 (it has 1)"), r
+
+
+_KILLED_MID_COMMIT = """
+import os, signal, sys
+import klog
+from klog.broker.batches import RawAppender
+
+store = klog.open(sys.argv[1])
+producer = store.producer(transactional_id="k9")
+producer.begin()
+for p in (0, 1):
+    producer.send("k", b"v%d" % p, partition=p)
+producer.flush()
+write_marker = RawAppender.write_marker
+
+def first_marker_then_sigkill(self, *args, **kwargs):
+    write_marker(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+RawAppender.write_marker = first_marker_then_sigkill
+producer.commit()
+"""
+
+
+@pytest.mark.slow  # a child process killed mid-commit: ~1.3 s
+def test_a_commit_killed_between_its_markers_is_not_aborted_by_offset(data_dir, cli):
+    """The producer's process SIGKILLed after its coordinator decided to commit (PrepareCommit) and
+    wrote k-0's COMMIT, before k-1's: k-1's transaction is open, and not hanging (the coordinator
+    completes the commit at its next pass). Aborting it by offset would split the transaction
+    (committed in k-0, aborted in k-1): refused, not listed; the completed commit shows both."""
+    import os
+    import subprocess
+    import sys
+
+    import klog
+    from klog.broker.batches import RawAppender
+    from klog.broker.txn_coordinator import TxnCoordinator
+
+    with klog.open(data_dir) as s:
+        s.create_topic("k", partitions=2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _KILLED_MID_COMMIT, data_dir], env=env, timeout=60,
+                          capture_output=True)
+    assert done.returncode == -9, done.stderr
+    with klog.open(data_dir) as s:
+        assert TransactionsMeta(s.meta).get("k9").state == "PrepareCommit"
+        assert _values(s, "k", 0) == [b"v0"] and _values(s, "k", 1) == []
+    r = cli("transactions", "find-hanging", "--max-transaction-timeout", "0", "--json")
+    assert (r.exit_code, r.stdout) == (0, b""), r
+    r = cli("transactions", "abort", "--topic", "k", "--partition", "1", "--start-offset", "0")
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1, r
+    assert "is still PrepareCommit at the coordinator (transactional id 'k9'): decided" in r.stderr
+    assert "a coordinator completes it" in r.stderr and "transactions abort k9" not in r.stderr  # (aborts Ongoing only)
+    with klog.open(data_dir) as s:
+        TxnCoordinator(s, RawAppender(s)).recover()  # (klog serve's start, or the next pass after 5 s)
+        assert _values(s, "k", 0) == [b"v0"] and _values(s, "k", 1) == [b"v1"]

@@ -546,6 +546,7 @@ def test_write_txn_markers_ends_an_open_transaction_in_the_named_partitions(kafk
     from kio.static.constants import EntityType
 
     from klog.broker.offsets import last_stable_offset
+    from klog.meta.transactions import TransactionsMeta
     from klog.protocol.schemas import payload_module
 
     req = payload_module(27, version, EntityType.request)
@@ -558,6 +559,9 @@ def test_write_txn_markers_ends_an_open_transaction_in_the_named_partitions(kafk
         assert _produce_txn(c, "wm-tx", "wm", 0, _txn_batch([b"a", b"b"], pid, epoch, 0)) == E.none
         part = store.partition("wm", 0)
         assert last_stable_offset(part) == 0  # open
+        # an admin's marker is for a transaction no coordinator runs (one it runs is refused:
+        # test_serve_marker_refused_while_coordinated): the transactional id forgotten
+        TransactionsMeta(store.meta).apply("wm-tx", lambda meta, txn: None)
         marker = req.WritableTxnMarker(producer_id=pid, producer_epoch=epoch, transaction_result=True,
                                        coordinator_epoch=0, topics=(req.WritableTxnMarkerTopic(
                                            name="wm", partition_indexes=(0, 1)),))

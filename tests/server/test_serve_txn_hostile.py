@@ -184,6 +184,7 @@ def test_a_marker_of_an_older_epoch_does_not_end_the_producers_newer_transaction
     partition leader refuses it. It ended the newer transaction there: an abort that read the
     producer's epoch before it started again aborted half of its next transaction, whose commit
     then made the other half visible alone."""
+    from klog.meta.transactions import TransactionsMeta
     from tests.server.test_serve_transactions import _add, _produce_txn, _read_all, _txn_batch
 
     kafka_server.store.create_topic("ep", 2)
@@ -202,7 +203,15 @@ def test_a_marker_of_an_older_epoch_does_not_end_the_producers_newer_transaction
                                       coordinator_epoch=0, topics=(wm.WritableTxnMarkerTopic(
                                           name="ep", partition_indexes=(0,)),))
         (result,) = c.send(27, 1, markers=(marker,)).markers
+        # its coordinator runs the transaction there: refused for that first
+        # (test_serve_marker_refused_while_coordinated); the epoch check, with the id forgotten
+        assert result.topics[0].partitions[0].error_code == E.transaction_coordinator_fenced
+        meta = TransactionsMeta(kafka_server.store.meta)
+        doc = meta.get("ep-tx")
+        meta.apply("ep-tx", lambda m, t: None)
+        (result,) = c.send(27, 1, markers=(marker,)).markers
         assert result.topics[0].partitions[0].error_code == E.invalid_producer_epoch
+        meta.apply("ep-tx", lambda m, t: doc)
         assert kafka_server.store.partition("ep", 0).high_watermark() == 1  # no marker written
         assert _end(c, "ep-tx", pid, epoch, True) == E.none
     assert sorted(_read_all(kafka_server.bootstrap, "ep", 2, "read_committed", expect=2)) == [b"half-0", b"half-1"]

@@ -1,17 +1,16 @@
-"""`klog transactions list|describe|abort` through a cluster, as kafka-transactions.sh does them:
-ListTransactions at every broker (each answers for the transactional ids it coordinates) with
-DescribeTransactions at the same broker; describe = FindCoordinator(TRANSACTION) +
-DescribeTransactions; abort = DescribeProducers at each partition's leader (the producer's epoch and
-the coordinator epoch of its open transaction there), then WriteTxnMarkers(ABORT) to that leader, as
-Kafka's Admin.abortTransaction does. confluent-kafka's AdminClient has none of these calls: kio's
-request types over wire.Connection (so -X security settings are honoured).
+"""`klog transactions list|describe|abort|find-hanging` through a cluster, as kafka-transactions.sh
+does them: ListTransactions at every broker (each answers for the transactional ids it coordinates)
+with DescribeTransactions at the same broker; describe = FindCoordinator(TRANSACTION) +
+DescribeTransactions. confluent-kafka's AdminClient has none of these calls: kio's request types
+over wire.Connection (so -X security settings are honoured).
 
 The answers are klog.meta.transactions.TxnMetadata, as the local store's, so the CLI prints the same
 tables; what a cluster does not say (the consumer groups of a transaction) is empty.
 
-An abort through a cluster writes the markers and leaves the coordinator's state alone (Kafka's
-admin abort does the same): the coordinator ends its side when the transaction times out or the
-producer comes back, and the markers it writes then change nothing."""
+`abort TRANSACTIONAL_ID` goes through the id's coordinator (InitProducerId: its producer fenced, the
+transaction aborted in all its partitions), as on the store itself; `abort --start-offset` (a
+hanging transaction, no coordinator's) writes the one ABORT marker with WriteTxnMarkers, as
+kafka-transactions.sh does, and klog serve refuses it where the coordinator runs the transaction."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from klog.protocol.loading import load_kio
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND = 53, 105
 CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 31, 29
+CONCURRENT_TRANSACTIONS, TRANSACTION_COORDINATOR_FENCED = 51, 52
 ONGOING = "Ongoing"
 NO_TXN = -1  # DescribeProducers' current_txn_start_offset when the producer has none open there
 
@@ -143,25 +143,56 @@ class _Retriable(KlogError):
 
 
 def abort_transaction(store, transactional_id: str) -> bool:  # noqa: ANN001 - RemoteStore
-    """ABORT markers at every partition where the id's producer has a transaction open; False when
-    it has none open (the coordinator says it is not Ongoing, or no partition holds one)."""
+    """Abort the id's ongoing transaction at its coordinator, as on the store itself: InitProducerId
+    with the id (what a new incarnation of its producer sends) fences the producer's epoch and has
+    the coordinator abort the transaction in all its partitions (PrepareAbort, the markers,
+    CompleteAbort), then the coordinator's state is awaited. Markers written from here instead
+    (WriteTxnMarkers) would leave the coordinator's transaction Ongoing: its producer's commit
+    then committed the other partitions and not these (split), or klog serve refuses them. Needs
+    Write on the TransactionalId. False when it has none open (not Ongoing)."""
     meta = describe_transaction(store, transactional_id)
     if meta.state != ONGOING or not meta.partitions:
         return False
-    by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
-    for topic, partition in meta.tps():
-        leader = store.leader(topic, partition)
-        if leader is None:
-            raise KlogError(f"partition {topic}-{partition} has no leader at {store.target.label}: "
-                            "cannot abort its transaction now")
-        by_leader.setdefault((leader[1], leader[2]), []).append((topic, partition))
-    written = 0
-    with _Connections(store) as conns:
-        for (host, port), tps in by_leader.items():
-            conn = conns.to(host, port)
-            for (epoch, coordinator_epoch), open_tps in _open_transactions(conn, meta.producer_id, tps).items():
-                written += _write_abort(conn, meta.producer_id, epoch, coordinator_epoch, open_tps)
-    return written > 0
+    load_kio()
+    from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
+    from kio.schema.init_producer_id.v1.response import InitProducerIdResponse
+    from kio.static.primitive import i32Timedelta
+
+    request = InitProducerIdRequest(transactional_id=transactional_id,
+                                    transaction_timeout=i32Timedelta.parse(_timedelta_ms(meta.timeout_ms)))
+    deadline = time.monotonic() + store.timeout
+    while True:
+        host, port = wire.find_coordinator(store.target, transactional_id, store.timeout, wire.TRANSACTION)
+        with _Connections(store) as conns:
+            code = int(conns.to(host, port).call(request, InitProducerIdResponse).error_code)
+        if code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise KlogError(f"transactional id '{transactional_id}': not authorized to abort its transaction at "
+                            f"{store.target.label} (Write on the TransactionalId)")
+        if code == 0:  # it ended meanwhile (its producer is fenced all the same)
+            return False
+        if code == CONCURRENT_TRANSACTIONS:  # aborting (or completing what its producer decided)
+            break
+        if code not in wire.RETRIABLE or time.monotonic() > deadline:
+            raise KlogError(f"cannot abort transactional id '{transactional_id}' at {store.target.label}: "
+                            f"{error_name(code)}")
+        time.sleep(wire.RETRY_PAUSE_S)
+    while True:  # the coordinator writes the markers (at once in klog serve, in the background in Kafka)
+        now = describe_transaction(store, transactional_id)
+        if now.state == "CompleteCommit":  # its producer's EndTxn came first: that decision stands
+            raise KlogError(f"transactional id '{transactional_id}': its producer committed the transaction "
+                            "meanwhile: nothing aborted")
+        if now.state not in (ONGOING, "PrepareAbort", "PrepareCommit", "PrepareEpochFence"):
+            return True
+        if time.monotonic() > deadline:
+            raise KlogError(f"transactional id '{transactional_id}': its coordinator at {store.target.label} "
+                            f"did not complete the abort within {store.timeout:g} s ({now.state})")
+        time.sleep(wire.RETRY_PAUSE_S)
+
+
+def _timedelta_ms(ms: int):  # noqa: ANN202 - datetime.timedelta
+    import datetime
+
+    return datetime.timedelta(milliseconds=ms)
 
 
 def _by_topic(tps: list[tuple[str, int]]) -> dict[str, list[int]]:
@@ -176,32 +207,10 @@ def _partition_error(tp: str, code: int, doing: str) -> KlogError:
         return KlogError(f"partition {tp}: not authorized to {doing} (Read on the topic)")
     if code == CLUSTER_AUTHORIZATION_FAILED:
         return KlogError(f"partition {tp}: not authorized to {doing} (ClusterAction on the cluster)")
+    if code == TRANSACTION_COORDINATOR_FENCED:  # (klog serve: its coordinator runs that transaction there)
+        return KlogError(f"partition {tp}: cannot {doing}: TRANSACTION_COORDINATOR_FENCED (the coordinator still "
+                         "runs the producer's transaction there, or a newer coordinator took it over)")
     return KlogError(f"partition {tp}: cannot {doing}: {error_name(code)}")
-
-
-def _open_transactions(conn: wire.Connection, producer_id: int,
-                       tps: list[tuple[str, int]]) -> dict[tuple[int, int], list[tuple[str, int]]]:
-    """DescribeProducers at one leader: (producer epoch, coordinator epoch) -> the partitions where
-    `producer_id` has a transaction open."""
-    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
-    from kio.schema.describe_producers.v0.response import DescribeProducersResponse
-    from kio.static.primitive import i32
-
-    request = DescribeProducersRequest(topics=tuple(
-        TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(tps).items()))
-    answer = conn.call(request, DescribeProducersResponse)
-    out: dict[tuple[int, int], list[tuple[str, int]]] = {}
-    for topic in answer.topics:
-        for part in topic.partitions:
-            tp = (str(topic.name), int(part.partition_index))
-            if int(part.error_code):
-                raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
-            for producer in part.active_producers:
-                if int(producer.producer_id) == producer_id and int(producer.current_txn_start_offset) != NO_TXN:
-                    # Kafka's TransactionsCommand: an unknown coordinator epoch (-1) is sent as 0
-                    key = (int(producer.producer_epoch), max(0, int(producer.coordinator_epoch)))
-                    out.setdefault(key, []).append(tp)
-    return out
 
 
 def _write_abort(conn: wire.Connection, producer_id: int, epoch: int, coordinator_epoch: int,
@@ -231,6 +240,7 @@ def _write_abort(conn: wire.Connection, producer_id: int, epoch: int, coordinato
 
 # -- hanging transactions (kafka-transactions.sh find-hanging, abort --start-offset) ---------------------
 FIND_HANGING_TIMEOUT_MS = 15 * 60_000  # the tool's --max-transaction-timeout default (15 minutes)
+DESCRIBE_PRODUCERS_BATCH = 500  # partitions per DescribeProducers request (the tool's MAX_BATCH_SIZE)
 
 
 def _producers_at(conn: wire.Connection, tps: list[tuple[str, int]]) -> list:
@@ -242,18 +252,21 @@ def _producers_at(conn: wire.Connection, tps: list[tuple[str, int]]) -> list:
 
     from klog.broker.hanging import OpenTransaction
 
-    request = DescribeProducersRequest(topics=tuple(
-        TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(tps).items()))
-    answer = conn.call(request, DescribeProducersResponse)
     out = []
-    for topic in answer.topics:
-        for part in topic.partitions:
-            tp = (str(topic.name), int(part.partition_index))
-            if int(part.error_code):
-                raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
-            out += [OpenTransaction(tp[0], tp[1], int(s.producer_id), int(s.producer_epoch),
-                                    int(s.current_txn_start_offset), int(s.last_timestamp), int(s.coordinator_epoch))
-                    for s in part.active_producers if int(s.current_txn_start_offset) != NO_TXN]
+    for at in range(0, len(tps), DESCRIBE_PRODUCERS_BATCH):  # (as the tool: no giant request to one broker)
+        chunk = tps[at:at + DESCRIBE_PRODUCERS_BATCH]
+        request = DescribeProducersRequest(topics=tuple(
+            TopicRequest(name=t, partition_indexes=tuple(i32(p) for p in ps)) for t, ps in _by_topic(chunk).items()))
+        answer = conn.call(request, DescribeProducersResponse)
+        for topic in answer.topics:
+            for part in topic.partitions:
+                tp = (str(topic.name), int(part.partition_index))
+                if int(part.error_code):
+                    raise _partition_error(f"{tp[0]}-{tp[1]}", int(part.error_code), "describe its producers")
+                out += [OpenTransaction(tp[0], tp[1], int(s.producer_id), int(s.producer_epoch),
+                                        int(s.current_txn_start_offset), int(s.last_timestamp),
+                                        int(s.coordinator_epoch))
+                        for s in part.active_producers if int(s.current_txn_start_offset) != NO_TXN]
     return out
 
 
