@@ -155,10 +155,23 @@ class KafkaChannel:
         if not timeout.isdigit():
             raise ConfigError("signal.kafka.poll.timeout.ms", timeout, "a number of milliseconds, 0 or more")
         self.timeout_ms = int(timeout)
-        properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
-                      if k.startswith("signal.consumer.")]
+        from klog.client.group import GroupConfig
         from klog.client.remote.target import open_endpoint
         from klog.errors import KlogError
+
+        # the consumer's own settings among signal.consumer.* (max.poll.interval.ms, session.timeout.ms, ...),
+        # as Debezium hands them to its KafkaConsumer; offsets committed by the channel, never automatically
+        group = {k[len("signal.consumer."):]: v.strip() for k, v in props.items() if k.startswith("signal.consumer.")
+                 and k[len("signal.consumer."):] in GroupConfig.PROPERTIES}
+        for key, value in group.items():
+            try:
+                GroupConfig.from_properties({key: value})
+            except KlogError as e:
+                raise ConfigError(f"signal.consumer.{key}", value, str(e)) from None
+        self.group_config = GroupConfig.from_properties({"client.id": f"{prefix}-signal", **group,
+                                                         "enable.auto.commit": "false"})
+        properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
+                      if k.startswith("signal.consumer.") and k[len("signal.consumer."):] not in group]
 
         try:
             self.store = open_endpoint(servers, None, properties, create=False, on_warning=warn)
@@ -167,6 +180,10 @@ class KafkaChannel:
         self.consumer = None
         self.batches = None
         self.read_to: dict[tuple[str, int], int] = {}  # what commit() commits
+        # the offset after the last record read, per partition: what a consumer reads again is skipped (one
+        # its group expelled, a blocking snapshot outlasting max.poll.interval.ms, rejoins at the committed
+        # offsets, before the signals acted on since, or held until the snapshot's end)
+        self.seen: dict[tuple[str, int], int] = {}
         self.told: set[str] = set()  # what was warned of once
 
     def _once(self, what: str, message: str) -> None:
@@ -178,19 +195,19 @@ class KafkaChannel:
         """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
         if self.consumer is None:
-            from klog.client.group import GroupConfig
-
             if not self.store.has_topic(self.topic):
                 self._once("topic", f"signal.kafka.topic '{self.topic}' does not exist (yet): no signal is read "
                                     "from it until it does")
                 return []
-            self.consumer = self.store.group_consumer(self.group, self.topic, config=GroupConfig(
-                enable_auto_commit=False, auto_offset_reset="earliest", client_id=f"{self.prefix}-signal"))
+            self.consumer = self.store.group_consumer(self.group, self.topic, config=self.group_config)
             self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
             self.joined = time.monotonic()
         out = []
         for r in next(self.batches, None) or []:
-            self.read_to[(r.topic, r.partition)] = r.offset + 1
+            tp = (r.topic, r.partition)
+            if r.offset < self.seen.get(tp, 0):
+                continue  # read again after a rejoin: acted on already, or held
+            self.seen[tp] = self.read_to[tp] = r.offset + 1
             got = self.signal(r.key, r.value, r.offset)
             if got is not None:
                 out.append(got)

@@ -1,0 +1,56 @@
+"""The kafka signal channel under what a running worker meets: its group expelling it (a blocking snapshot
+outlasting max.poll.interval.ms), a task start that fails, the signal topic deleted, the signal store
+restarting (klog/connect/signals.py, the PostgreSQL source's use of it)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from klog.connect import signals
+from klog.connect.errors import ConfigError
+from tests.connect.helpers import wait_for
+from tests.connect.test_connect_signals_kafka import _committed, _send
+
+
+def _channel(data_dir: str, warnings: list[str], **extra: str) -> signals.KafkaChannel:
+    return signals.KafkaChannel({"signal.kafka.bootstrap.servers": data_dir, "signal.kafka.groupId": "shop-signals",
+                                 **extra}, "shop", "pg", warnings.append)
+
+
+def _read_until(channel: signals.KafkaChannel, signal_id: str, seconds: float = 10) -> list[str]:
+    """The ids the channel hands over until `signal_id` is among them (bounded in time)."""
+    ids: list[str] = []
+    deadline = time.monotonic() + seconds
+    while signal_id not in ids and time.monotonic() < deadline:
+        ids += [s[0] for s in channel.read()]
+        time.sleep(0.02)
+    return ids
+
+
+@pytest.mark.slow
+def test_a_signal_read_again_after_the_group_expelled_the_consumer_is_not_handed_over_again(data_dir):
+    """A blocking snapshot longer than max.poll.interval.ms: the signal consumer's group expels it, it rejoins
+    at the committed offset, before the signal whose snapshot is under way (its offset held until the end):
+    the signal is not handed over again (the snapshot is not taken twice), and the offsets commit once
+    rejoined."""
+    _send(data_dir, ("shop", {"id": "b1", "type": "execute-snapshot",
+                              "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+    warnings: list[str] = []
+    channel = _channel(data_dir, warnings, **{"signal.consumer.max.poll.interval.ms": "300",
+                                              "signal.consumer.heartbeat.interval.ms": "20"})
+    try:
+        assert [s[0] for s in channel.read()] == ["b1"]  # acted on: a blocking snapshot, its offset held
+        wait_for(lambda: channel.consumer._expelled_id is not None, what="the group expelling the consumer")
+        _send(data_dir, ("shop", {"id": "l2", "type": "log", "data": {"message": "after"}}))
+        assert _read_until(channel, "l2") == ["l2"]
+        channel.commit()
+    finally:
+        channel.close(commit=False)
+    assert _committed(data_dir) == 2
+
+
+def test_signal_consumer_properties_are_checked(data_dir):
+    with pytest.raises(ConfigError, match="signal.consumer.max.poll.interval.ms"):
+        _channel(data_dir, [], **{"signal.consumer.max.poll.interval.ms": "soon"})
