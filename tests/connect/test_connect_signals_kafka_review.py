@@ -54,3 +54,29 @@ def test_a_signal_read_again_after_the_group_expelled_the_consumer_is_not_handed
 def test_signal_consumer_properties_are_checked(data_dir):
     with pytest.raises(ConfigError, match="signal.consumer.max.poll.interval.ms"):
         _channel(data_dir, [], **{"signal.consumer.max.poll.interval.ms": "soon"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", [{"database.dbname": "nosuchdb"}, {"signal.data.collection": "nodots"}])
+def test_a_task_start_that_fails_closes_the_kafka_channel(pg_db, data_dir, monkeypatch, bad):
+    """The worker stops a task only after a start that returned: a start failing after the kafka channel was
+    opened (a database that does not exist, a bad signal.data.collection) closes it, its store and consumer."""
+    import klog
+    from klog.connect.api import TaskContext
+    from klog.connect.connectors.postgres import PostgresTask
+    from tests.connect.test_connect_signals_kafka import _kafka_config
+
+    klog.open(data_dir).close()
+    closed: list[bool] = []
+    original = signals.KafkaChannel.close
+
+    def counted(self, commit: bool = True) -> None:  # noqa: ANN001
+        closed.append(commit)
+        original(self, commit)
+
+    monkeypatch.setattr(signals.KafkaChannel, "close", counted)
+    task = PostgresTask()
+    task.initialize(TaskContext("pg", 0, print))
+    with pytest.raises(Exception, match="nosuchdb|signal.data.collection"):
+        task.start({**_kafka_config(pg_db, data_dir), "errors.max.retries": "0", **bad})
+    assert closed == [False]

@@ -160,13 +160,20 @@ class PostgresTask(SourceTask):
         self.returned: dict | None = None  # the offset of the last record poll() handed over
         self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
         self.reconnects, self.reconnect_at = 0, 0.0
-        self._signals_setup()
+        self.kafka = None
         self.connected = False  # once: the first connection made (what a failure to connect again is called)
         try:
-            self._connect()
-            self.connected = True
-        except RetriableError as e:  # the server is not up yet: as Debezium's BaseSourceTask.start, tried
-            self._lose(e)  # again by poll() after retriable.restart.connector.wait.ms, within errors.max.retries
+            self._signals_setup()
+            try:
+                self._connect()
+                self.connected = True
+            except RetriableError as e:  # the server is not up yet: as Debezium's BaseSourceTask.start, tried
+                self._lose(e)  # again by poll() after retriable.restart.connector.wait.ms, within errors.max.retries
+        except BaseException:
+            # a start that fails is not stopped (the worker calls stop() after a start only): what it opened closed
+            self._close_kafka(commit=False)
+            self._close_connections()
+            raise
 
     # -- connections -----------------------------------------------------------------------------
     def _dsn(self) -> dict[str, Any]:
@@ -1461,14 +1468,8 @@ class PostgresTask(SourceTask):
     def stop(self) -> None:
         repl = getattr(self, "repl", None)
         _close(repl)
-        kafka = getattr(self, "kafka", None)
-        if kafka is not None:
-            try:
-                # the offsets of the signals acted on committed; not those of a blocking snapshot cut short
-                kafka.close(commit=self.kafka_hold is None and not self.kafka_pending)
-            except Exception as e:  # noqa: BLE001 - the stop goes on
-                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel did not "
-                                  f"close cleanly ({_first_line(e)})")
+        # the offsets of the signals acted on committed; not those of a blocking snapshot cut short
+        self._close_kafka(commit=getattr(self, "kafka_hold", None) is None and not getattr(self, "kafka_pending", None))
         try:
             c, conn = getattr(self, "c", None), getattr(self, "conn", None)
             if c is not None and c["slot.drop.on.stop"] and repl is not None and conn is not None and \
@@ -1476,6 +1477,15 @@ class PostgresTask(SourceTask):
                 self._drop_slot()
         finally:
             _close(getattr(self, "conn", None))
+
+    def _close_kafka(self, commit: bool) -> None:
+        kafka, self.kafka = getattr(self, "kafka", None), None
+        if kafka is not None:
+            try:
+                kafka.close(commit=commit)
+            except Exception as e:  # noqa: BLE001 - the stop goes on
+                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel did not "
+                                  f"close cleanly ({_first_line(e)})")
 
     def _close_connections(self) -> None:
         for conn in (getattr(self, "repl", None), getattr(self, "conn", None)):
