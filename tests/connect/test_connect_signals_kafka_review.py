@@ -80,3 +80,52 @@ def test_a_task_start_that_fails_closes_the_kafka_channel(pg_db, data_dir, monke
     with pytest.raises(Exception, match="nosuchdb|signal.data.collection"):
         task.start({**_kafka_config(pg_db, data_dir), "errors.max.retries": "0", **bad})
     assert closed == [False]
+
+
+@pytest.mark.slow
+def test_the_signals_before_one_cut_by_a_lost_connection_are_acted_on_again_too(pg_db, data_dir, monkeypatch):
+    """One read of the kafka channel: a stop-snapshot, then an execute-snapshot whose first chunk loses the
+    connection. Reconnected, the connector goes on from the offsets before that read: both signals are acted
+    on again (the stop is not lost: the paused snapshot stays stopped, the new one runs)."""
+    import psycopg2
+
+    from klog.connect.connectors.postgres import PostgresTask
+    from tests.connect.helpers import running
+    from tests.connect.test_connect_signals import _ops, _setup, _signal, _slot_made
+    from tests.connect.test_connect_signals_kafka import _kafka_config
+
+    _setup(pg_db)
+    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
+    watermark, next_chunk, done, cut = PostgresTask._watermark, PostgresTask._next_chunk, [], []
+
+    def pause_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
+        if kind == "snapshot-window-close" and not done:
+            done.append(True)
+            _signal(pg_db, "p1", {}, kind="pause-snapshot")
+        watermark(self, chunk_id, kind)
+
+    def cut_once(self):  # noqa: ANN001, ANN202
+        if cut == ["armed"] and (self.incremental or {}).get("id") == "k2":
+            cut.append("cut")
+            raise psycopg2.OperationalError("server closed the connection unexpectedly")
+        next_chunk(self)
+
+    monkeypatch.setattr(PostgresTask, "_watermark", pause_in_window)
+    monkeypatch.setattr(PostgresTask, "_next_chunk", cut_once)
+    warnings: list[str] = []
+    config = _kafka_config(pg_db, data_dir, **{"incremental.snapshot.chunk.size": "2"})
+    with running(data_dir, config, warnings=warnings):
+        _slot_made(pg_db)
+        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+        wait_for(lambda: any("incremental snapshot 'i1' paused" in w for w in warnings), what="the pause")
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
+        cut.append("armed")
+        _send(data_dir, ("shop", {"id": "s1", "type": "stop-snapshot", "data": {}}),
+              ("shop", {"id": "k2", "type": "execute-snapshot",
+                        "data": {"data-collections": ["public.items"], "type": "incremental"}}))
+        wait_for(lambda: len(_ops(data_dir, "shop.public.items")) == 2, what="the second snapshot", timeout=15)
+        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="its end")
+    assert cut == ["armed", "cut"]
+    assert sum("stop-snapshot signal 's1': incremental snapshot stopped" in w for w in warnings) == 2
+    assert _ops(data_dir, "shop.public.items") == [(1, "r", "incremental"), (2, "r", "incremental")]
+    assert len(_ops(data_dir, "shop.public.extra")) == 2  # the first snapshot stopped, not resumed

@@ -779,8 +779,11 @@ class PostgresTask(SourceTask):
             at.setdefault("ts_usec", self.last_commit_ts_us)
             try:
                 self._act(signal_id, kind, data, at)
-            except BaseException:  # the connection lost (a chunk's watermark): acted on again once reconnected
-                self.kafka_pending = list(got[n:])
+            except BaseException:
+                # the connection lost (a chunk's watermark): a reconnect goes on from the offsets before this
+                # read (returned), so all of its signals are acted on again, not only this one (a stop-snapshot
+                # before it would be undone)
+                self.kafka_pending = list(got)
                 raise
             if self.snapshot_rows is not None:
                 # a blocking snapshot: the signals after it acted on after it, and the offsets committed only
