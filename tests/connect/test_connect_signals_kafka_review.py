@@ -129,3 +129,40 @@ def test_the_signals_before_one_cut_by_a_lost_connection_are_acted_on_again_too(
     assert sum("stop-snapshot signal 's1': incremental snapshot stopped" in w for w in warnings) == 2
     assert _ops(data_dir, "shop.public.items") == [(1, "r", "incremental"), (2, "r", "incremental")]
     assert len(_ops(data_dir, "shop.public.extra")) == 2  # the first snapshot stopped, not resumed
+
+
+@pytest.mark.slow
+def test_a_kafka_signals_offset_is_committed_only_once_its_progress_is_stored(pg_db, data_dir, monkeypatch):
+    """The worker killed after the poll that acted on a kafka execute-snapshot, before it stored the task's
+    offsets (the snapshot's progress): the signal's offset is not committed either, so the next start reads
+    it again and takes the snapshot (committed in that poll, the signal was lost)."""
+    from klog.connect.worker import SourceRunner
+    from tests.connect.helpers import running
+    from tests.connect.test_connect_signals import _ops, _setup, _slot_made
+    from tests.connect.test_connect_signals_kafka import _kafka_config
+
+    _setup(pg_db)
+    original, armed = SourceRunner.commit, []
+
+    def killed(self, task):  # noqa: ANN001, ANN202
+        if armed and any("incremental_snapshot" in (o or {}) for o in self.pending.values()):
+            raise RuntimeError("the worker is killed")  # before the snapshot's progress is stored
+        original(self, task)
+
+    config = _kafka_config(pg_db, data_dir)
+    with monkeypatch.context() as m:
+        m.setattr(SourceRunner, "commit", killed)
+        warnings: list[str] = []
+        with running(data_dir, config, warnings=warnings):
+            _slot_made(pg_db)
+            armed.append(True)
+            _send(data_dir, ("shop", {"id": "k1", "type": "execute-snapshot",
+                                      "data": {"data-collections": ["public.items"], "type": "incremental"}}))
+            wait_for(lambda: any("the worker is killed" in w for w in warnings), what="the kill")
+    assert _committed(data_dir) is None
+    assert _ops(data_dir, "shop.public.items") == []
+    warnings = []
+    with running(data_dir, config, warnings=warnings):
+        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot")
+        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+    assert _ops(data_dir, "shop.public.items") == [(1, "r", "incremental"), (2, "r", "incremental")]

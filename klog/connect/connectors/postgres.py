@@ -691,6 +691,9 @@ class PostgresTask(SourceTask):
         self.kafka_due = 0.0
         self.kafka_pending: list[tuple[str, str, object]] = []
         self.kafka_hold: tuple[str, str, object] | None = None  # the kafka signal of a blocking snapshot under way
+        # signals acted on whose progress the worker has not stored yet: their offsets are committed by commit(),
+        # which the worker calls once it stored the task's offsets (committed before, a kill in between lost them)
+        self.kafka_unstored = False
         if "kafka" in channels:
             self.kafka = signals.KafkaChannel(self.props, self.prefix, self.context.connector_name, self.context.warn)
         self.signal_table: tuple[str, str] | None = None
@@ -770,7 +773,8 @@ class PostgresTask(SourceTask):
                                   f"({_first_line(e)}); read again in {self.c['signal.poll.interval.ms']} ms")
                 return False
         if not got:
-            self._kafka_commit()  # (what was read: ignored records, the signals before a blocking snapshot's end)
+            if not self.kafka_unstored:
+                self._kafka_commit()  # (what was read: ignored records)
             return False
         for n, (signal_id, kind, data) in enumerate(got):
             at = self._current_offset()
@@ -797,8 +801,7 @@ class PostgresTask(SourceTask):
             offset.pop("incremental_snapshot", None)
         self.context.request_offset_commit(self.partition, offset)
         self.returned = offset  # (stored after this poll: what a reconnect goes on from)
-        if self.kafka_hold is None and not self.kafka_pending:
-            self._kafka_commit()
+        self.kafka_unstored = True  # (their offsets committed once that is stored: commit())
         return True
 
     def _kafka_held(self, rows: Iterator[ConnectRecord]) -> Iterator[ConnectRecord]:
@@ -1454,6 +1457,9 @@ class PostgresTask(SourceTask):
         return [] if "u" in self.skipped else self._event(info, "u", before, after, ts_ms, source, offset)
 
     def commit(self, offsets: dict[str, dict]) -> None:
+        if self.kafka is not None and self.kafka_unstored and self.kafka_hold is None and not self.kafka_pending:
+            self.kafka_unstored = False  # the progress of the kafka signals acted on is stored: their offsets too
+            self._kafka_commit()
         offset = offsets.get(json.dumps(self.partition, sort_keys=True))
         if not offset or offset.get("snapshot") or not self.stream_started:
             return
@@ -1471,8 +1477,10 @@ class PostgresTask(SourceTask):
     def stop(self) -> None:
         repl = getattr(self, "repl", None)
         _close(repl)
-        # the offsets of the signals acted on committed; not those of a blocking snapshot cut short
-        self._close_kafka(commit=getattr(self, "kafka_hold", None) is None and not getattr(self, "kafka_pending", None))
+        # the offsets of what was read committed, unless a signal's progress is not stored (a task failing before
+        # the worker stored it) or its blocking snapshot was cut short: read again at the next start
+        self._close_kafka(commit=not (getattr(self, "kafka_unstored", False) or getattr(self, "kafka_hold", None)
+                                      or getattr(self, "kafka_pending", None)))
         try:
             c, conn = getattr(self, "c", None), getattr(self, "conn", None)
             if c is not None and c["slot.drop.on.stop"] and repl is not None and conn is not None and \
