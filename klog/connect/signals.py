@@ -194,6 +194,8 @@ class KafkaChannel:
     def read(self) -> list[tuple[str, str, object]]:
         """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
+        if self.consumer is not None and not self.store.has_topic(self.topic):
+            self._topic_deleted()
         if self.consumer is None:
             if not self.store.has_topic(self.topic):
                 self._once("topic", f"signal.kafka.topic '{self.topic}' does not exist (yet): no signal is read "
@@ -217,6 +219,24 @@ class KafkaChannel:
                                      f"'{self.topic}' (another member of the group holds it): its signals are not "
                                      "read; give each connector reading the topic its own signal.kafka.groupId")
         return out
+
+    def _topic_deleted(self) -> None:
+        """The signal topic deleted while read: the consumer leaves, and the group's offsets of the topic go (as
+        Kafka deletes them with the topic: a topic made again under the name is read from its beginning, not
+        from the old topic's offsets, past its first signals)."""
+        consumer, self.consumer, self.batches = self.consumer, None, None
+        self.seen, self.read_to = {}, {}
+        self.told.discard("topic")
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001, S110 - a consumer of a topic gone: it leaves as it can
+            pass
+        try:
+            self.store.delete_group_offsets(self.group, self.topic)
+        except Exception:  # noqa: BLE001 - another member of the group reads it still, or they are gone already
+            pass
+        self.warn(f"{self.where}: signal.kafka.topic '{self.topic}' was deleted: its signals are read from its "
+                  "beginning once it exists again")
 
     def signal(self, key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str, object] | None:
         """One record as KafkaSignalChannel.processSignal reads it: None for another connector's (its key

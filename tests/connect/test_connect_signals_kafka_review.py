@@ -166,3 +166,25 @@ def test_a_kafka_signals_offset_is_committed_only_once_its_progress_is_stored(pg
         wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot")
         wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
     assert _ops(data_dir, "shop.public.items") == [(1, "r", "incremental"), (2, "r", "incremental")]
+
+
+@pytest.mark.slow
+def test_a_signal_topic_deleted_then_made_again_is_read_from_its_beginning(data_dir):
+    """The signal topic deleted while the channel reads it, then made again: its first signal is read (not
+    skipped as below the old topic's committed offset), and the deletion is named."""
+    import klog
+
+    _send(data_dir, ("shop", {"id": "a", "type": "log", "data": {}}), ("shop", {"id": "b", "type": "log", "data": {}}))
+    warnings: list[str] = []
+    channel = _channel(data_dir, warnings)
+    try:
+        assert _read_until(channel, "b") == ["a", "b"]
+        channel.commit()
+        with klog.open(data_dir) as store:
+            store.delete_topic("shop-signal")
+        assert channel.read() == []
+        _send(data_dir, ("shop", {"id": "c", "type": "log", "data": {}}))
+        assert _read_until(channel, "c", seconds=3) == ["c"]
+    finally:
+        channel.close()
+    assert sum("signal.kafka.topic 'shop-signal' was deleted" in w for w in warnings) == 1
