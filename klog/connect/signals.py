@@ -194,7 +194,9 @@ class KafkaChannel:
     def read(self) -> list[tuple[str, str, object]]:
         """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
-        if self.consumer is not None and not self.store.has_topic(self.topic):
+        # (a local store's topic looked for at each read: a cluster deletes the group's offsets with the topic,
+        # and asking it while it is down would hold the stream for its metadata timeout)
+        if self.consumer is not None and getattr(self.store, "is_local", True) and not self.store.has_topic(self.topic):
             self._topic_deleted()
         if self.consumer is None:
             if not self.store.has_topic(self.topic):

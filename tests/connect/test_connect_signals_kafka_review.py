@@ -188,3 +188,57 @@ def test_a_signal_topic_deleted_then_made_again_is_read_from_its_beginning(data_
     finally:
         channel.close()
     assert sum("signal.kafka.topic 'shop-signal' was deleted" in w for w in warnings) == 1
+
+
+@pytest.mark.slow
+def test_the_signal_store_klog_serve_restarting(data_dir):
+    """signal.kafka.bootstrap.servers a klog serve that stops and starts again: while it is down a read
+    returns at once (the stream it sits in is not held), a signal sent meanwhile is read once it is back,
+    not twice, and its offset committed."""
+    import klog
+    from klog.server import Server
+
+    _send(data_dir, ("shop", {"id": "a", "type": "log", "data": {}}))
+    warnings: list[str] = []
+    with Server(data_dir, listen=("127.0.0.1", 0), idle_ms=30_000) as server:
+        port = server.port
+        channel = signals.KafkaChannel({"signal.kafka.bootstrap.servers": f"127.0.0.1:{port}",
+                                        "signal.kafka.groupId": "shop-signals"}, "shop", "pg", warnings.append)
+        try:
+            assert _read_until(channel, "a") == ["a"]
+            channel.commit()
+        except BaseException:
+            channel.close()
+            raise
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            try:
+                assert channel.read() == []
+            except Exception:  # noqa: BLE001, S110 - the task names it in a warning and reads again later
+                pass
+            assert time.monotonic() - started < 3
+        _send(data_dir, ("shop", {"id": "b", "type": "log", "data": {}}))
+        with Server(data_dir, listen=("127.0.0.1", port), idle_ms=30_000):
+            ids: list[str] = []
+            deadline = time.monotonic() + 20
+            while "b" not in ids and time.monotonic() < deadline:
+                try:
+                    ids += [s[0] for s in channel.read()]
+                except Exception:  # noqa: BLE001, S110 - reconnecting
+                    pass
+                time.sleep(0.1)
+            assert ids == ["b"]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    channel.read()
+                    channel.commit()
+                    break
+                except Exception:  # noqa: BLE001 - the group rejoined after the restart: committed next time
+                    time.sleep(0.2)
+            assert _read_until(channel, "none", seconds=1) == []
+    finally:
+        channel.close(commit=False)
+    with klog.open(data_dir) as store:
+        assert [p.committed for p in store.describe_group("shop-signals").partitions] == [2]
