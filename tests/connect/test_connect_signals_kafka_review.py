@@ -242,3 +242,37 @@ def test_the_signal_store_klog_serve_restarting(data_dir):
         channel.close(commit=False)
     with klog.open(data_dir) as store:
         assert [p.committed for p in store.describe_group("shop-signals").partitions] == [2]
+
+
+@pytest.mark.slow
+def test_a_blocking_snapshot_longer_than_max_poll_interval_is_taken_once(pg_db, data_dir, monkeypatch):
+    """A kafka signal's blocking snapshot outlasting signal.consumer.max.poll.interval.ms: the group expels the
+    signal consumer meanwhile; the snapshot is taken once, and the signal's offset committed after it."""
+    from klog.connect.connectors.postgres import PostgresTask
+    from tests.connect.helpers import running
+    from tests.connect.test_connect_signals import _ops, _setup, _slot_made
+    from tests.connect.test_connect_signals_kafka import _kafka_config
+
+    _setup(pg_db)
+    original = PostgresTask._signalled_snapshot
+
+    def slow(self, plan, resume, done):  # noqa: ANN001, ANN202
+        for n, record in enumerate(original(self, plan, resume, done)):
+            if n == 1:
+                time.sleep(1)  # (past max.poll.interval.ms: the group expels the consumer)
+            yield record
+
+    monkeypatch.setattr(PostgresTask, "_signalled_snapshot", slow)
+    warnings: list[str] = []
+    config = _kafka_config(pg_db, data_dir, **{"max.batch.size": "1", "signal.consumer.max.poll.interval.ms": "300",
+                                               "signal.consumer.heartbeat.interval.ms": "20"})
+    with running(data_dir, config, warnings=warnings):
+        _slot_made(pg_db)
+        _send(data_dir, ("shop", {"type": "execute-snapshot",
+                                  "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the blocking snapshot")
+        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+        pg_db.execute("INSERT INTO extra VALUES (4, 'd')")
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 4, what="streaming after it")
+    assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (2, "r", "true"), (3, "r", "last"),
+                                                   (4, "c", "false")]
