@@ -168,7 +168,8 @@ class KafkaChannel:
                 GroupConfig.from_properties({key: value})
             except KlogError as e:
                 raise ConfigError(f"signal.consumer.{key}", value, str(e)) from None
-        self.group_config = GroupConfig.from_properties({"client.id": f"{prefix}-signal", **group,
+        # (the connector's name in the client id: the group's members tell which connector holds the topic)
+        self.group_config = GroupConfig.from_properties({"client.id": f"{connector}-signal", **group,
                                                          "enable.auto.commit": "false"})
         properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
                       if k.startswith("signal.consumer.") and k[len("signal.consumer."):] not in group]
@@ -215,12 +216,26 @@ class KafkaChannel:
             got = self.signal(r.key, r.value, r.offset)
             if got is not None:
                 out.append(got)
-        if not out and time.monotonic() - self.joined > UNASSIGNED_S and not self.consumer.assignment():
+        if not out and "unassigned" not in self.told and time.monotonic() - self.joined > UNASSIGNED_S and \
+                not self.consumer.assignment():
             # Debezium's consumer assigns itself partition 0 whatever its group; klog's is the group's member
-            self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
-                                     f"'{self.topic}' (another member of the group holds it): its signals are not "
-                                     "read; give each connector reading the topic its own signal.kafka.groupId")
+            holders = self._holders()
+            if holders:
+                self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
+                                         f"'{self.topic}' (another member of the group holds it: client "
+                                         f"{', '.join(repr(h) for h in holders)}): its signals are not read; give "
+                                         "each connector reading the topic its own signal.kafka.groupId")
         return out
+
+    def _holders(self) -> list[str]:
+        """The client ids of the group's other members holding a partition of the topic (none: the cluster not
+        answering, the group between two assignments)."""
+        try:
+            members = self.store.describe_group(self.group).members
+        except Exception:  # noqa: BLE001 - asked again at the next read
+            return []
+        return sorted({m.client_id for m in members if any(tp[0] == self.topic for tp in m.partitions)
+                       and m.client_id != self.group_config.client_id})
 
     def _topic_deleted(self) -> None:
         """The signal topic deleted while read: the consumer leaves, and the group's offsets of the topic go (as
