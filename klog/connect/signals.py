@@ -207,8 +207,15 @@ class KafkaChannel:
             self.consumer = self.store.group_consumer(self.group, self.topic, config=self.group_config)
             self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
             self.joined = time.monotonic()
+        try:
+            batch = next(self.batches, None) or []
+        except Exception:
+            # a generator that raised is over: the consumer is made again at the next read (at the committed
+            # offsets, what was read already skipped), or the channel would read nothing from now on
+            self._drop_consumer()
+            raise
         out = []
-        for r in next(self.batches, None) or []:
+        for r in batch:
             tp = (r.topic, r.partition)
             if r.offset < self.seen.get(tp, 0):
                 continue  # read again after a rejoin: acted on already, or held
@@ -227,6 +234,13 @@ class KafkaChannel:
                                          "each connector reading the topic its own signal.kafka.groupId")
         return out
 
+    def _drop_consumer(self) -> None:
+        consumer, self.consumer, self.batches = self.consumer, None, None
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001, S110 - a consumer that failed, or of a topic gone: it leaves as it can
+            pass
+
     def _holders(self) -> list[str]:
         """The client ids of the group's other members holding a partition of the topic (none: the cluster not
         answering, the group between two assignments)."""
@@ -241,13 +255,9 @@ class KafkaChannel:
         """The signal topic deleted while read: the consumer leaves, and the group's offsets of the topic go (as
         Kafka deletes them with the topic: a topic made again under the name is read from its beginning, not
         from the old topic's offsets, past its first signals)."""
-        consumer, self.consumer, self.batches = self.consumer, None, None
+        self._drop_consumer()
         self.seen, self.read_to = {}, {}
         self.told.discard("topic")
-        try:
-            consumer.close()
-        except Exception:  # noqa: BLE001, S110 - a consumer of a topic gone: it leaves as it can
-            pass
         try:
             self.store.delete_group_offsets(self.group, self.topic)
         except Exception:  # noqa: BLE001 - another member of the group reads it still, or they are gone already

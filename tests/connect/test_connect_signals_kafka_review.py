@@ -279,3 +279,32 @@ def test_a_blocking_snapshot_longer_than_max_poll_interval_is_taken_once(pg_db, 
         wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 4, what="streaming after it")
     assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (2, "r", "true"), (3, "r", "last"),
                                                    (4, "c", "false")]
+
+
+def test_a_read_that_fails_once_does_not_end_the_channel(data_dir):
+    """The consumer's read failing once (a heartbeat's error, the cluster's): the task names it and reads
+    again later; the next read gets the signals sent since (the channel was left reading nothing)."""
+    from klog.errors import GroupError
+
+    _send(data_dir, ("shop", {"id": "a", "type": "log", "data": {}}))
+    warnings: list[str] = []
+    channel = _channel(data_dir, warnings)
+    try:
+        assert _read_until(channel, "a", seconds=3) == ["a"]
+        channel.commit()
+        fetch, failed = channel.consumer._fetch, []
+
+        def fails_once() -> list:
+            if not failed:
+                failed.append(True)
+                raise GroupError("heartbeat of group 'shop-signals' failed: the disk is full")
+            return fetch()
+
+        channel.consumer._fetch = fails_once
+        with pytest.raises(GroupError):
+            channel.read()
+        _send(data_dir, ("shop", {"id": "b", "type": "log", "data": {}}))
+        assert _read_until(channel, "b", seconds=3) == ["b"]
+    finally:
+        channel.close()
+    assert _committed(data_dir) == 2
