@@ -308,3 +308,55 @@ def test_a_read_that_fails_once_does_not_end_the_channel(data_dir):
     finally:
         channel.close()
     assert _committed(data_dir) == 2
+
+
+def test_tombstones_huge_and_undecodable_values_are_left_out(data_dir):
+    """A tombstone keyed topic.prefix is no signal (as Debezium's, no warning); a 1 MB value that is not
+    JSON and one that is not UTF-8 are each one short warning; the signal after them is read."""
+    import klog
+
+    with klog.open(data_dir) as store:
+        store.create_topic("shop-signal", partitions=1)
+        with store.producer() as p:
+            p.send("shop-signal", None, key=b"shop")
+            p.send("shop-signal", b"x" * 1_000_000, key=b"shop")
+            p.send("shop-signal", b'{"type": "log", "data": "\xff"}', key=b"shop")
+            p.send("shop-signal", b'{"id": "ok", "type": "log", "data": {"message": "hi"}}', key=b"shop")
+    warnings: list[str] = []
+    channel = _channel(data_dir, warnings)
+    try:
+        assert _read_until(channel, "ok", seconds=5) == ["ok"]
+    finally:
+        channel.close()
+    assert [w.split(": ")[1] for w in warnings] == ["signal.kafka.topic 'shop-signal' offset 1",
+                                                   "signal.kafka.topic 'shop-signal' offset 2"]
+    assert all(len(w) < 300 for w in warnings)
+    assert _committed(data_dir) == 4
+
+
+def test_two_connectors_with_one_prefix_sharing_the_default_group(data_dir, monkeypatch):
+    """Two connectors of one topic.prefix on a worker, both at the default signal.kafka.groupId: the one the
+    group gives no partition says so, naming the other's consumer; with a group each, both read the signal
+    (as Debezium's, whose consumers each take the partition)."""
+    monkeypatch.setattr(signals, "UNASSIGNED_S", 0)
+    _send(data_dir, ("shop", {"id": "a", "type": "log", "data": {}}))
+    warnings: list[str] = []
+    props = {"signal.kafka.bootstrap.servers": data_dir}
+    first = signals.KafkaChannel(props, "shop", "pg1", warnings.append)
+    second = signals.KafkaChannel(props, "shop", "pg2", warnings.append)
+    try:
+        assert _read_until(first, "a", seconds=3) == ["a"]
+        assert second.read() == [] and second.read() == []
+    finally:
+        second.close()
+        first.close()
+    assert [w for w in warnings if "no partition" in w] == [
+        "connector 'pg2': signal.kafka.groupId 'kafka-signal' gives this connector no partition of 'shop-signal' "
+        "(another member of the group holds it: client 'pg1-signal'): its signals are not read; give each "
+        "connector reading the topic its own signal.kafka.groupId"]
+    for name in ("pg3", "pg4"):
+        channel = signals.KafkaChannel({**props, "signal.kafka.groupId": f"{name}-signals"}, "shop", name, print)
+        try:
+            assert _read_until(channel, "a", seconds=3) == ["a"]
+        finally:
+            channel.close()
