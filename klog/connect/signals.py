@@ -155,10 +155,24 @@ class KafkaChannel:
         if not timeout.isdigit():
             raise ConfigError("signal.kafka.poll.timeout.ms", timeout, "a number of milliseconds, 0 or more")
         self.timeout_ms = int(timeout)
-        properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
-                      if k.startswith("signal.consumer.")]
+        from klog.client.group import GroupConfig
         from klog.client.remote.target import open_endpoint
         from klog.errors import KlogError
+
+        # the consumer's own settings among signal.consumer.* (max.poll.interval.ms, session.timeout.ms, ...),
+        # as Debezium hands them to its KafkaConsumer; offsets committed by the channel, never automatically
+        group = {k[len("signal.consumer."):]: v.strip() for k, v in props.items() if k.startswith("signal.consumer.")
+                 and k[len("signal.consumer."):] in GroupConfig.PROPERTIES}
+        for key, value in group.items():
+            try:
+                GroupConfig.from_properties({key: value})
+            except KlogError as e:
+                raise ConfigError(f"signal.consumer.{key}", value, str(e)) from None
+        # (the connector's name in the client id: the group's members tell which connector holds the topic)
+        self.group_config = GroupConfig.from_properties({"client.id": f"{connector}-signal", **group,
+                                                         "enable.auto.commit": "false"})
+        properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
+                      if k.startswith("signal.consumer.") and k[len("signal.consumer."):] not in group]
 
         try:
             self.store = open_endpoint(servers, None, properties, create=False, on_warning=warn)
@@ -167,6 +181,10 @@ class KafkaChannel:
         self.consumer = None
         self.batches = None
         self.read_to: dict[tuple[str, int], int] = {}  # what commit() commits
+        # the offset after the last record read, per partition: what a consumer reads again is skipped (one
+        # its group expelled, a blocking snapshot outlasting max.poll.interval.ms, rejoins at the committed
+        # offsets, before the signals acted on since, or held until the snapshot's end)
+        self.seen: dict[tuple[str, int], int] = {}
         self.told: set[str] = set()  # what was warned of once
 
     def _once(self, what: str, message: str) -> None:
@@ -177,29 +195,75 @@ class KafkaChannel:
     def read(self) -> list[tuple[str, str, object]]:
         """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
+        # (a local store's topic looked for at each read: a cluster deletes the group's offsets with the topic,
+        # and asking it while it is down would hold the stream for its metadata timeout)
+        if self.consumer is not None and getattr(self.store, "is_local", True) and not self.store.has_topic(self.topic):
+            self._topic_deleted()
         if self.consumer is None:
-            from klog.client.group import GroupConfig
-
             if not self.store.has_topic(self.topic):
                 self._once("topic", f"signal.kafka.topic '{self.topic}' does not exist (yet): no signal is read "
                                     "from it until it does")
                 return []
-            self.consumer = self.store.group_consumer(self.group, self.topic, config=GroupConfig(
-                enable_auto_commit=False, auto_offset_reset="earliest", client_id=f"{self.prefix}-signal"))
+            self.consumer = self.store.group_consumer(self.group, self.topic, config=self.group_config)
             self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
             self.joined = time.monotonic()
+        try:
+            batch = next(self.batches, None) or []
+        except Exception:
+            # a generator that raised is over: the consumer is made again at the next read (at the committed
+            # offsets, what was read already skipped), or the channel would read nothing from now on
+            self._drop_consumer()
+            raise
         out = []
-        for r in next(self.batches, None) or []:
-            self.read_to[(r.topic, r.partition)] = r.offset + 1
+        for r in batch:
+            tp = (r.topic, r.partition)
+            if r.offset < self.seen.get(tp, 0):
+                continue  # read again after a rejoin: acted on already, or held
+            self.seen[tp] = self.read_to[tp] = r.offset + 1
             got = self.signal(r.key, r.value, r.offset)
             if got is not None:
                 out.append(got)
-        if not out and time.monotonic() - self.joined > UNASSIGNED_S and not self.consumer.assignment():
+        if not out and "unassigned" not in self.told and time.monotonic() - self.joined > UNASSIGNED_S and \
+                not self.consumer.assignment():
             # Debezium's consumer assigns itself partition 0 whatever its group; klog's is the group's member
-            self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
-                                     f"'{self.topic}' (another member of the group holds it): its signals are not "
-                                     "read; give each connector reading the topic its own signal.kafka.groupId")
+            holders = self._holders()
+            if holders:
+                self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
+                                         f"'{self.topic}' (another member of the group holds it: client "
+                                         f"{', '.join(repr(h) for h in holders)}): its signals are not read; give "
+                                         "each connector reading the topic its own signal.kafka.groupId")
         return out
+
+    def _drop_consumer(self) -> None:
+        consumer, self.consumer, self.batches = self.consumer, None, None
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001, S110 - a consumer that failed, or of a topic gone: it leaves as it can
+            pass
+
+    def _holders(self) -> list[str]:
+        """The client ids of the group's other members holding a partition of the topic (none: the cluster not
+        answering, the group between two assignments)."""
+        try:
+            members = self.store.describe_group(self.group).members
+        except Exception:  # noqa: BLE001 - asked again at the next read
+            return []
+        return sorted({m.client_id for m in members if any(tp[0] == self.topic for tp in m.partitions)
+                       and m.client_id != self.group_config.client_id})
+
+    def _topic_deleted(self) -> None:
+        """The signal topic deleted while read: the consumer leaves, and the group's offsets of the topic go (as
+        Kafka deletes them with the topic: a topic made again under the name is read from its beginning, not
+        from the old topic's offsets, past its first signals)."""
+        self._drop_consumer()
+        self.seen, self.read_to = {}, {}
+        self.told.discard("topic")
+        try:
+            self.store.delete_group_offsets(self.group, self.topic)
+        except Exception:  # noqa: BLE001 - another member of the group reads it still, or they are gone already
+            pass
+        self.warn(f"{self.where}: signal.kafka.topic '{self.topic}' was deleted: its signals are read from its "
+                  "beginning once it exists again")
 
     def signal(self, key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str, object] | None:
         """One record as KafkaSignalChannel.processSignal reads it: None for another connector's (its key

@@ -160,13 +160,20 @@ class PostgresTask(SourceTask):
         self.returned: dict | None = None  # the offset of the last record poll() handed over
         self.lost: BaseException | None = None  # the connection failure to recover from (a reconnect)
         self.reconnects, self.reconnect_at = 0, 0.0
-        self._signals_setup()
+        self.kafka = None
         self.connected = False  # once: the first connection made (what a failure to connect again is called)
         try:
-            self._connect()
-            self.connected = True
-        except RetriableError as e:  # the server is not up yet: as Debezium's BaseSourceTask.start, tried
-            self._lose(e)  # again by poll() after retriable.restart.connector.wait.ms, within errors.max.retries
+            self._signals_setup()
+            try:
+                self._connect()
+                self.connected = True
+            except RetriableError as e:  # the server is not up yet: as Debezium's BaseSourceTask.start, tried
+                self._lose(e)  # again by poll() after retriable.restart.connector.wait.ms, within errors.max.retries
+        except BaseException:
+            # a start that fails is not stopped (the worker calls stop() after a start only): what it opened closed
+            self._close_kafka(commit=False)
+            self._close_connections()
+            raise
 
     # -- connections -----------------------------------------------------------------------------
     def _dsn(self) -> dict[str, Any]:
@@ -684,6 +691,9 @@ class PostgresTask(SourceTask):
         self.kafka_due = 0.0
         self.kafka_pending: list[tuple[str, str, object]] = []
         self.kafka_hold: tuple[str, str, object] | None = None  # the kafka signal of a blocking snapshot under way
+        # signals acted on whose progress the worker has not stored yet: their offsets are committed by commit(),
+        # which the worker calls once it stored the task's offsets (committed before, a kill in between lost them)
+        self.kafka_unstored = False
         if "kafka" in channels:
             self.kafka = signals.KafkaChannel(self.props, self.prefix, self.context.connector_name, self.context.warn)
         self.signal_table: tuple[str, str] | None = None
@@ -763,7 +773,8 @@ class PostgresTask(SourceTask):
                                   f"({_first_line(e)}); read again in {self.c['signal.poll.interval.ms']} ms")
                 return False
         if not got:
-            self._kafka_commit()  # (what was read: ignored records, the signals before a blocking snapshot's end)
+            if not self.kafka_unstored:
+                self._kafka_commit()  # (what was read: ignored records)
             return False
         for n, (signal_id, kind, data) in enumerate(got):
             at = self._current_offset()
@@ -772,8 +783,11 @@ class PostgresTask(SourceTask):
             at.setdefault("ts_usec", self.last_commit_ts_us)
             try:
                 self._act(signal_id, kind, data, at)
-            except BaseException:  # the connection lost (a chunk's watermark): acted on again once reconnected
-                self.kafka_pending = list(got[n:])
+            except BaseException:
+                # the connection lost (a chunk's watermark): a reconnect goes on from the offsets before this
+                # read (returned), so all of its signals are acted on again, not only this one (a stop-snapshot
+                # before it would be undone)
+                self.kafka_pending = list(got)
                 raise
             if self.snapshot_rows is not None:
                 # a blocking snapshot: the signals after it acted on after it, and the offsets committed only
@@ -787,8 +801,7 @@ class PostgresTask(SourceTask):
             offset.pop("incremental_snapshot", None)
         self.context.request_offset_commit(self.partition, offset)
         self.returned = offset  # (stored after this poll: what a reconnect goes on from)
-        if self.kafka_hold is None and not self.kafka_pending:
-            self._kafka_commit()
+        self.kafka_unstored = True  # (their offsets committed once that is stored: commit())
         return True
 
     def _kafka_held(self, rows: Iterator[ConnectRecord]) -> Iterator[ConnectRecord]:
@@ -1444,6 +1457,9 @@ class PostgresTask(SourceTask):
         return [] if "u" in self.skipped else self._event(info, "u", before, after, ts_ms, source, offset)
 
     def commit(self, offsets: dict[str, dict]) -> None:
+        if self.kafka is not None and self.kafka_unstored and self.kafka_hold is None and not self.kafka_pending:
+            self.kafka_unstored = False  # the progress of the kafka signals acted on is stored: their offsets too
+            self._kafka_commit()
         offset = offsets.get(json.dumps(self.partition, sort_keys=True))
         if not offset or offset.get("snapshot") or not self.stream_started:
             return
@@ -1461,14 +1477,10 @@ class PostgresTask(SourceTask):
     def stop(self) -> None:
         repl = getattr(self, "repl", None)
         _close(repl)
-        kafka = getattr(self, "kafka", None)
-        if kafka is not None:
-            try:
-                # the offsets of the signals acted on committed; not those of a blocking snapshot cut short
-                kafka.close(commit=self.kafka_hold is None and not self.kafka_pending)
-            except Exception as e:  # noqa: BLE001 - the stop goes on
-                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel did not "
-                                  f"close cleanly ({_first_line(e)})")
+        # the offsets of what was read committed, unless a signal's progress is not stored (a task failing before
+        # the worker stored it) or its blocking snapshot was cut short: read again at the next start
+        self._close_kafka(commit=not (getattr(self, "kafka_unstored", False) or getattr(self, "kafka_hold", None)
+                                      or getattr(self, "kafka_pending", None)))
         try:
             c, conn = getattr(self, "c", None), getattr(self, "conn", None)
             if c is not None and c["slot.drop.on.stop"] and repl is not None and conn is not None and \
@@ -1476,6 +1488,15 @@ class PostgresTask(SourceTask):
                 self._drop_slot()
         finally:
             _close(getattr(self, "conn", None))
+
+    def _close_kafka(self, commit: bool) -> None:
+        kafka, self.kafka = getattr(self, "kafka", None), None
+        if kafka is not None:
+            try:
+                kafka.close(commit=commit)
+            except Exception as e:  # noqa: BLE001 - the stop goes on
+                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel did not "
+                                  f"close cleanly ({_first_line(e)})")
 
     def _close_connections(self) -> None:
         for conn in (getattr(self, "repl", None), getattr(self, "conn", None)):
