@@ -366,7 +366,8 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
         # a topic's plain batches (v3+, not transactional) in one multi-partition append; the
         # rest append side by side (their fsyncs overlap in the thread pool)
         many: dict[str, list[int]] = {}
-        if acks is not None and tid is None and ctx.api_version > LAST_MESSAGE_SET_VERSION:
+        # (not where the request is refused as a whole: transactional records without a writable id)
+        if acks is not None and tid is None and txn_allowed and ctx.api_version > LAST_MESSAGE_SET_VERSION:
             for i, (t, p) in enumerate(work):
                 if writable[t] and p.records and t not in internal:
                     many.setdefault(t, []).append(i)
