@@ -1,0 +1,80 @@
+"""Pipelined acks=0 Produce requests appended together (klog.server.produce._acks0_group): an
+idempotent producer's retry inside the burst is a duplicate (acknowledged, not appended twice, the
+connection stays open), a gap in its sequences stops the burst there and closes; two connections'
+bursts over the same partitions in opposite orders, each in several jobs, both complete."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import struct
+import time
+
+import pytest
+
+from tests.serve_helpers import RawClient, batch, read_answer
+from tests.server.test_serve_acks0_group import _api_versions, _closed, _frame, _values
+
+pytest.importorskip("kio")
+
+
+def _producer(port: int) -> tuple[int, int]:
+    from kio.static.primitive import i32Timedelta
+
+    with RawClient(port) as client:
+        got = client.send(22, 2, transactional_id=None,
+                          transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)))
+    return int(got.producer_id), int(got.producer_epoch)
+
+
+def _idempotent(kafka_server, sequences: list[int]) -> bytes:
+    producer_id, epoch = _producer(kafka_server.port)
+    stamp = int(time.time() * 1000)  # (one timestamp: a retry is the same bytes)
+    return b"".join(_frame(i + 1, [("idem", 0, batch([b"s%d" % s], producer_id, epoch, s, timestamp=stamp))])
+                    for i, s in enumerate(sequences))
+
+
+def test_an_idempotent_retry_inside_an_acks0_burst_is_a_duplicate(kafka_server):
+    kafka_server.store.create_topic("idem", 1)
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(_idempotent(kafka_server, [0, 1, 1, 2, 0, 3]) + _api_versions(99))
+        assert struct.unpack_from(">i", read_answer(sock))[0] == 99  # (not closed)
+    assert _values(kafka_server.data_dir, "idem", 1) == {0: [b"s0", b"s1", b"s2", b"s3"]}
+
+
+def test_a_sequence_gap_inside_an_acks0_burst_stops_it_and_closes(kafka_server):
+    kafka_server.store.create_topic("idem", 1)
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(_idempotent(kafka_server, [0, 1, 5, 2, 3]))
+        assert _closed(sock)
+    assert _values(kafka_server.data_dir, "idem", 1) == {0: [b"s0", b"s1"]}
+
+
+@pytest.mark.slow
+def test_two_connections_bursts_over_the_same_partitions_in_opposite_orders_both_complete(kafka_server):
+    """Each burst names 2 topics x 4 partitions, 200 entries a request (several jobs, each taking its
+    partitions' slots in order): one connection's in one order, the other's reversed."""
+    for topic in ("x", "y"):
+        kafka_server.store.create_topic(topic, 4)
+    places = [(t, p) for t in ("x", "y") for p in range(4)]
+    rounds = 4
+
+    def burst(name: bytes, order: list[tuple[str, int]], r: int) -> bytes:
+        return b"".join(_frame(r * 10 + i + 1, [(t, p, batch([b"%s-%d-%d-%03d" % (name, r, i, k)]))
+                                               for k, (t, p) in enumerate(order * 25)])
+                        for i in range(3)) + _api_versions(1000 + r)
+
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=20) as a, \
+            socket.create_connection(("127.0.0.1", kafka_server.port), timeout=20) as b:
+        for r in range(rounds):
+            a.sendall(burst(b"a", places, r))
+            b.sendall(burst(b"b", places[::-1], r))
+            assert struct.unpack_from(">i", read_answer(a))[0] == 1000 + r
+            assert struct.unpack_from(">i", read_answer(b))[0] == 1000 + r
+    for topic in ("x", "y"):
+        got = _values(kafka_server.data_dir, topic, 4)
+        for p in range(4):
+            for name, order in ((b"a", places), (b"b", places[::-1])):
+                mine = [v for v in got[p] if v.startswith(name + b"-")]
+                assert mine == [b"%s-%d-%d-%03d" % (name, r, i, k) for r in range(rounds) for i in range(3)
+                                for k, place in enumerate(order * 25) if place == (topic, p)]
