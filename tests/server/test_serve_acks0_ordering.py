@@ -78,3 +78,24 @@ def test_two_connections_bursts_over_the_same_partitions_in_opposite_orders_both
                 mine = [v for v in got[p] if v.startswith(name + b"-")]
                 assert mine == [b"%s-%d-%d-%03d" % (name, r, i, k) for r in range(rounds) for i in range(3)
                                 for k, place in enumerate(order * 25) if place == (topic, p)]
+
+
+def test_produce_v2_and_v9_acks0_requests_mixed_on_one_connection_stop_at_the_failed_one(kafka_server):
+    """Requests of different versions are never appended together (a group is of one version), but
+    a failed v2 one still stops the v9 ones queued behind it."""
+    from tests.kafka_files import legacy_plain
+
+    kafka_server.store.create_topic("mixed", 2)
+    now = int(time.time() * 1000)  # (a timestamp older than retention.ms would roll the segment and delete it)
+
+    def old(c: int, p: int, v: bytes) -> bytes:
+        return _frame(c, [("mixed", p, legacy_plain(1, 0, None, v, now))], version=2)
+
+    def new(c: int, p: int, v: bytes) -> bytes:
+        return _frame(c, [("mixed", p, batch([v]))])
+
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as sock:
+        sock.sendall(old(1, 0, b"a") + old(2, 1, b"b") + new(3, 0, b"c") + new(4, 1, b"d") + old(5, 7, b"bad")
+                     + new(6, 0, b"e") + old(7, 1, b"f"))
+        assert _closed(sock)
+    assert _values(kafka_server.data_dir, "mixed", 2) == {0: [b"a", b"c"], 1: [b"b", b"d"]}

@@ -82,7 +82,11 @@ def test_a_v1_message_is_never_transactional_whatever_its_bytes(kafka_server):
     from tests.kafka_files import legacy_plain
 
     kafka_server.store.create_topic("t", 1)
-    stamp = 1_700_010_000_000  # (its byte 22 of the message: 0xd0, the 0x10 bit set)
+    import time
+
+    stamp = int(time.time() * 1000)  # (recent: an old one would be deleted by retention.ms)
+    while not (stamp >> 24) & 0x10:  # (its byte 22 of the message: the 0x10 bit set, at most ~3 days back)
+        stamp -= 1 << 24
     message = legacy_plain(1, 0, None, b"old", stamp)
     assert message[22] & 0x10
     with RawClient(kafka_server.port) as client:
