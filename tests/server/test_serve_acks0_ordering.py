@@ -99,3 +99,27 @@ def test_produce_v2_and_v9_acks0_requests_mixed_on_one_connection_stop_at_the_fa
                      + new(6, 0, b"e") + old(7, 1, b"f"))
         assert _closed(sock)
     assert _values(kafka_server.data_dir, "mixed", 2) == {0: [b"a", b"c"], 1: [b"b", b"d"]}
+
+
+@pytest.mark.slow
+def test_kafka_python_acks0_into_a_wide_topic_delivers_every_record_in_order(kafka_server):
+    """kafka-python sends one request of many partitions per broker, several in flight."""
+    kafka = pytest.importorskip("kafka")
+    partitions, count = 16, 3000
+    kafka_server.store.create_topic("wide", partitions)
+    producer = kafka.KafkaProducer(bootstrap_servers=kafka_server.bootstrap, acks=0, linger_ms=5,
+                                   max_in_flight_requests_per_connection=5, batch_size=2048)
+    try:
+        for i in range(count):
+            producer.send("wide", b"%05d" % i, partition=i % partitions)
+        producer.flush(20)
+    finally:
+        producer.close(5)
+    want = {p: [b"%05d" % i for i in range(p, count, partitions)] for p in range(partitions)}
+    deadline = time.monotonic() + 20  # (acks=0: flush returns once sent, not once appended)
+    while True:
+        got = _values(kafka_server.data_dir, "wide", partitions)
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got == want
