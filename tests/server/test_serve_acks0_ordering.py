@@ -123,3 +123,58 @@ def test_kafka_python_acks0_into_a_wide_topic_delivers_every_record_in_order(kaf
             break
         time.sleep(0.2)
     assert got == want
+
+
+@pytest.mark.slow
+def test_an_acks0_burst_beside_a_transaction_on_the_same_partition(kafka_server):
+    """One connection's acks=0 bursts (several jobs each) and another's transactions to the same
+    partition: every burst appended in order, each transaction committed, a read_committed consumer
+    sees them all."""
+    ck = pytest.importorskip("confluent_kafka")
+    import threading
+
+    kafka_server.store.create_topic("mix", 1)
+    producer = ck.Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "beside",
+                            "socket.timeout.ms": 5000, "log_level": 0})
+    producer.init_transactions(20)
+    stop = threading.Event()
+    rounds: list[int] = []
+
+    def bursts() -> None:
+        with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=20) as sock:
+            for r in range(20):
+                if stop.is_set():
+                    break
+                sock.sendall(b"".join(_frame(r * 10 + i + 1, [("mix", 0, batch([b"b%02d-%d-%03d" % (r, i, k)]))
+                                                              for k in range(100)]) for i in range(2))
+                             + _api_versions(1000 + r))
+                assert struct.unpack_from(">i", read_answer(sock))[0] == 1000 + r
+                rounds.append(r)
+
+    thread = threading.Thread(target=bursts)
+    thread.start()
+    try:
+        for t in range(5):
+            producer.begin_transaction()
+            for k in range(20):
+                producer.produce("mix", b"t%d-%02d" % (t, k), partition=0)
+            producer.commit_transaction(20)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    consumer = ck.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": "reader",
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, "log_level": 0})
+    consumer.subscribe(["mix"])
+    want = 20 * 5 + 200 * len(rounds)
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(seen) < want and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen.append(message.value())
+    consumer.close()
+    assert [v for v in seen if v.startswith(b"t")] == [b"t%d-%02d" % (t, k) for t in range(5) for k in range(20)]
+    assert [v for v in seen if v.startswith(b"b")] == [b"b%02d-%d-%03d" % (r, i, k) for r in rounds
+                                                       for i in range(2) for k in range(100)]
