@@ -35,6 +35,11 @@ from klog.store.names import INTERNAL_TOPICS
 ACKS = {0: "0", 1: "1", -1: "all"}
 LAST_MESSAGE_SET_VERSION = 2  # Produce v0-v2: magic 0/1 message sets (Kafka 3.9 serves them, 4.0 does not)
 SLICE_ENTRIES = 64  # partition entries handled between two turns of the other connections (~0.3 ms)
+# what one job of a connection's pipelined acks=0 requests appends (_acks0_group) while it holds the
+# append slots of its partitions: a turn's entries, and about one max.message.bytes batch (what a
+# lone request's append holds a partition's slot for)
+ACKS0_JOB_ENTRIES = SLICE_ENTRIES
+ACKS0_JOB_BYTES = 1 << 20
 
 
 def error_code(exc: BaseException) -> E:
@@ -125,9 +130,9 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
     multi-partition append per topic (one syncfs for them all, where one request each would cost an
     fsync, a thread hop and a turn of the loop), each answered with its own entries. A partition
     named twice among them appends in request order (produce's serial path); transactional
-    requests, or differing acks, are handled one after another; acks=0 ones in one job of the
-    append threads, in request order (_acks0_group: a failed one closes the connection, and nothing
-    queued behind it is appended).
+    requests, or differing acks, are handled one after another; acks=0 ones in jobs of the
+    append threads of up to 64 entries each, in request order (_acks0_group: a failed one closes
+    the connection, and nothing queued behind it is appended).
     `context_of(i)`: the context of request i, made only where a request is handled on its own (one
     connection: one principal)."""
     from types import SimpleNamespace
@@ -161,14 +166,15 @@ async def produce_group(context_of: Callable[[int], RequestContext], requests: l
 
 
 async def _acks0_group(context_of: Callable[[int], RequestContext], requests: list[Any]) -> list[Any]:
-    """Pipelined acks=0 Produce requests of one connection (none transactional), appended in one job
-    of the append threads (one thread hop for them all, where one request each costs a hop and
-    turns of the event loop), with Kafka's outcome: Kafka mutes a connection while it handles a
-    request and closes it when an acks=0 one fails, so nothing queued behind a failed request is
-    appended, while the other entries of the failed request itself are (Kafka appends a request's
-    partitions each on its own). What refuses an entry before any append (ACLs, an internal topic,
-    no records) is checked here first: the requests behind the first refused one are not handed to
-    the job at all. The job then appends entry after entry in request order, each checked as a lone
+    """Pipelined acks=0 Produce requests of one connection (none transactional), appended in jobs
+    of the append threads of up to ACKS0_JOB_ENTRIES entries and ACKS0_JOB_BYTES (one thread hop for
+    a burst of small requests, where one request each costs a hop and turns of the event loop),
+    with Kafka's outcome: Kafka mutes a connection while it handles a request and closes it when
+    an acks=0 one fails, so nothing queued behind a failed request is appended, while the other
+    entries of the failed request itself are (Kafka appends a request's partitions each on its
+    own). What refuses an entry before any append (ACLs, an internal topic, no records) is checked
+    here first: the requests behind the first refused one are not handed to the jobs at all. The
+    jobs then append entry after entry in request order, each checked as a lone
     request's is (batch, partition, producer state), and stops after the request whose entry failed
     there (a refused batch, or a disk's error during its append): "after" is request order, the
     order Kafka handles them in, whatever their partitions. Answers: None for each request
@@ -202,12 +208,12 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
     appender = ctx.server.appender
     append = appender.append_message_set if ctx.api_version <= LAST_MESSAGE_SET_VERSION else appender.append
 
-    def append_in_order() -> tuple[list[RawAppendResult | BaseException], Exception | None]:
-        """(each entry's result or error, up to where it stopped; what broke off the job that no
-        append raises: raised once the outcomes before it are taken)."""
+    def append_in_order(chunk: list[tuple[int, str, int, Any]], stop: int) \
+            -> tuple[list[RawAppendResult | BaseException], int, Exception | None]:
+        """(each entry's result or error, up to where it stopped; the last request to append; what
+        broke off the job that no append raises: raised once the outcomes before it are taken)."""
         got: list[RawAppendResult | BaseException] = []
-        stop = last
-        for r, topic, partition, records in work:
+        for r, topic, partition, records in chunk:
             if r > stop:
                 break
             try:
@@ -216,21 +222,39 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
                 got.append(e)
                 stop = r  # this request's other entries still append (Kafka's), none after it
             except Exception as e:  # noqa: BLE001 - handed to the request loop, which closes the connection
-                return got, e
-        return got, None
+                return got, stop, e
+        return got, stop, None
 
-    # every partition's append slot, taken in partition order (a lone request's wait on the loop for
-    # an append in progress there; two groups never wait in a circle)
-    slots = [ctx.server.append_slot(t, p) for t, p in sorted({(t, p) for _, t, p, _ in work})]
-    taken = 0
-    try:
-        for slot in slots:
-            await slot.acquire()
-            taken += 1
-        results, broke = await ctx.server.run_append(append_in_order) if work else ([], None)
-    finally:
-        for slot in slots[:taken]:
-            slot.release()
+    # in jobs of at most ACKS0_JOB_ENTRIES entries and ACKS0_JOB_BYTES bytes (at least one entry):
+    # a job holds the append slot of every partition it names until it ends, so another connection's
+    # produce to one of them waits for one job, never for the whole group (7 requests of 19,000
+    # entries for one partition in one job held it 15 s). Each job takes its partitions' slots in
+    # partition order (a lone request's wait on the loop for an append in progress there; two groups
+    # never wait in a circle) and releases them before the next is taken.
+    results: list[RawAppendResult | BaseException] = []
+    broke: Exception | None = None
+    stop = last
+    start = 0
+    while start < len(work) and work[start][0] <= stop:
+        end, size = start, 0
+        while end < len(work) and end - start < ACKS0_JOB_ENTRIES and (end == start or size < ACKS0_JOB_BYTES):
+            size += len(work[end][3])
+            end += 1
+        chunk = work[start:end]
+        slots = [ctx.server.append_slot(t, p) for t, p in sorted({(t, p) for _, t, p, _ in chunk})]
+        taken = 0
+        try:
+            for slot in slots:
+                await slot.acquire()
+                taken += 1
+            got, stop, broke = await ctx.server.run_append(append_in_order, chunk, stop)
+        finally:
+            for slot in slots[:taken]:
+                slot.release()
+        results += got
+        if broke is not None or len(got) < len(chunk):
+            break
+        start = end
     failures: list[tuple[str, int, str]] = []
     failed_at = None
     for done, ((r, topic, partition, _), result) in enumerate(zip(work, results, strict=False)):
@@ -342,7 +366,8 @@ async def produce(ctx: RequestContext, request: Any, outcomes_only: bool = False
         # a topic's plain batches (v3+, not transactional) in one multi-partition append; the
         # rest append side by side (their fsyncs overlap in the thread pool)
         many: dict[str, list[int]] = {}
-        if acks is not None and tid is None and ctx.api_version > LAST_MESSAGE_SET_VERSION:
+        # (not where the request is refused as a whole: transactional records without a writable id)
+        if acks is not None and tid is None and txn_allowed and ctx.api_version > LAST_MESSAGE_SET_VERSION:
             for i, (t, p) in enumerate(work):
                 if writable[t] and p.records and t not in internal:
                     many.setdefault(t, []).append(i)

@@ -86,6 +86,10 @@ PARSE_INLINE_BYTES = 4096
 PARSE_INLINE_ENTRIES = 64
 PARSE_INLINE_BYTES_MAX = 64 * 1024
 PRODUCE_GROUP_MAX = 64  # pipelined Produce requests of a connection appended as one (one syncfs)
+# ...while the group holds less than this many bytes of requests: a group is held, parsed, until it is
+# handled, and the requests arriving while it is read (one parsed in a thread) join it: 64 of up to
+# socket.request.max.bytes each were 6 GiB (librdkafka's requests of 1 MiB batches still go in fours)
+PRODUCE_GROUP_BYTES = 8 << 20
 PARSE_THREADS = 2
 # the flushes of batches appended on the event loop that io_uring cannot make (a roll's: the sealed
 # segment and the folder too; a full ring) run in threads of their own, never the append threads:
@@ -811,13 +815,16 @@ class Server:
     async def _produce_group(self, first: _Parsed, proto: FrameProtocol, peer: str) -> tuple[list[_Parsed], Any]:
         """`first` and the Produce requests of its version already queued behind it (librdkafka
         sends one partition per request: a wide topic's requests come in a burst), up to
-        PRODUCE_GROUP_MAX; and the request read after them that cannot join (None: the connection
-        must close after answering these, _NO_ITEM: none)."""
+        PRODUCE_GROUP_MAX and while they hold less than PRODUCE_GROUP_BYTES; and the request read
+        after them that cannot join (None: the connection must close after answering these,
+        _NO_ITEM: none)."""
         group = [first]
-        while len(group) < PRODUCE_GROUP_MAX:
+        held = first.frame_bytes
+        while len(group) < PRODUCE_GROUP_MAX and held < PRODUCE_GROUP_BYTES:
             frame = proto.queued_frame(PRODUCE, first.prefix.api_version)
             if frame is None:
                 return group, _NO_ITEM
+            held += len(frame)
             parsed = await self._parsed(frame, peer)
             if parsed is None or parsed.request is None or parsed.refusal is not None:
                 return group, parsed
