@@ -26,30 +26,28 @@ def test_another_connections_produce_waits_for_one_job_not_the_whole_acks0_burst
     real = appender.append
     first = threading.Event()
 
-    def slow(topic, partition, records, acks, *args):  # the burst's appends made slow: 2 ms each
+    def slow(topic, partition, records, acks, *args):  # the burst's appends made slow: 4 ms each
         if acks == "0":
             first.set()
-            time.sleep(0.002)
+            time.sleep(0.004)
         return real(topic, partition, records, acks, *args)
 
     monkeypatch.setattr(appender, "append", slow)
-    requests, entries = 2, 500  # 1,000 appends of 2 ms for one partition: 2 s in all
+    requests, entries = 2, 500  # 1,000 appends of 4 ms for one partition: 4 s in all
     burst = b"".join(_frame(r + 1, [("shared", 0, batch([b"h%d-%03d" % (r, i)])) for i in range(entries)])
                      for r in range(requests))
     with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=30) as hostile, \
             RawClient(kafka_server.port) as other:
         hostile.sendall(burst + _api_versions(99))
         assert first.wait(10)
-        started = time.monotonic()
         code, offset = produce(other, "shared", 0, batch([b"other"]))[:2]
-        waited = time.monotonic() - started
         hostile.settimeout(30)
         assert struct.unpack_from(">i", read_answer(hostile))[0] == 99
     assert code == 0
     got = _values(kafka_server.data_dir, "shared", 1)[0]
     # appended between two jobs of the burst, not after all of it (the whole burst in one job: 1000)
     assert 0 < got.index(b"other") < requests * entries, got.index(b"other")
-    assert waited < 1.5, waited
+    # (no bound on the wait in seconds: a loaded machine moves it; where it landed is the proof)
     # the burst itself in request order
     assert [v for v in got if v != b"other"] == [b"h%d-%03d" % (r, i) for r in range(requests) for i in range(entries)]
 
