@@ -31,7 +31,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_topic_names
-from klog.errors import UsageError
+from klog.errors import KlogError, UnknownTopicError, UsageError
 
 if TYPE_CHECKING:
     from klog.client.consumer import ConsumerBase
@@ -43,6 +43,7 @@ CHECKPOINT_RECORDS = 200_000  # ... or this many records
 IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not at the end also ends it
 NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
 FOLLOW_SLEEP_S = 0.05
+SOURCE_CHECK_INTERVAL_S = 5.0  # with --follow, idle: how often to check no source partition ends below the position
 
 
 @dataclass
@@ -81,7 +82,8 @@ class Mirror:
     def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
                  rename: str = "{topic}", follow: bool = False, exactly_once: bool = False,
                  isolation_level: str = "read_committed",
-                 on_progress: Callable[[MirrorStats], None] | None = None) -> None:
+                 on_progress: Callable[[MirrorStats], None] | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> None:
         checked_isolation(isolation_level, exactly_once)
         self.src, self.dest = src, dest
         self.wanted, self.pattern = topics, pattern
@@ -91,6 +93,7 @@ class Mirror:
         self.exactly_once = exactly_once
         self.isolation_level = isolation_level
         self.on_progress = on_progress
+        self.on_warning = on_warning or (lambda _m: None)
         self.stats = MirrorStats()
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
@@ -159,7 +162,35 @@ class Mirror:
             name = "klog-mirror:" + hashlib.sha256(name.encode()).hexdigest()
         return name
 
+    def _drop_checkpoints_past_the_end(self, names: list[str]) -> None:
+        """A checkpoint past its source partition's end (the topic was deleted and recreated, or
+        truncated, since it was written) would skip every record of the new log up to that offset, so
+        that partition is copied from its start (as Kafka's auto.offset.reset=earliest), said once."""
+        for t in names:
+            for p, end in self.src.offsets(t, -1).items():
+                saved = self._saved.get((t, p))
+                if saved is not None and saved > (end or 0):
+                    self.on_warning(f"{t}-{p}: the mirror's checkpoint (offset {saved}) is past the source's end "
+                                    f"({end or 0}): the topic was recreated or truncated; copying it from its start")
+                    del self._saved[(t, p)]
+
+    def _check_source(self, names: list[str], positions: dict[tuple[str, int], int]) -> None:
+        """Raise when a source partition now ends below the mirror's position: its topic was deleted and
+        recreated (or truncated) under a following mirror, whose reader would wait for that offset forever."""
+        for t in names:
+            try:
+                ends = self.src.offsets(t, -1)
+            except UnknownTopicError:
+                continue  # deleted, not (yet) recreated: nothing to copy meanwhile
+            for p, end in ends.items():
+                at = positions.get((t, p), 0)
+                if at > (end or 0):
+                    raise KlogError(f"source partition {t}-{p} now ends at offset {end or 0}, below the mirror's "
+                                    f"position {at}: the topic was deleted and recreated (or truncated); run the "
+                                    "mirror again to copy it from its start")
+
     def _open(self, names: list[str]) -> ConsumerBase:
+        self._drop_checkpoints_past_the_end(names)
         consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False,
                                      isolation_level=self.isolation_level)
         resumed = 0
@@ -187,10 +218,16 @@ class Mirror:
         last_checkpoint = time.monotonic()
         last_discovery = time.monotonic()
         last_record = time.monotonic()
+        last_check = time.monotonic()
         unsaved = 0
         try:
             while True:
-                chunks = _poll(consumer)
+                try:
+                    chunks = _poll(consumer)
+                except KlogError:
+                    if self.follow:  # a recreated source topic said plainly, not as the reader's trouble
+                        self._check_source(names, consumer.positions())
+                    raise
                 records = sum(len(c[2]) for c in chunks)
                 now = time.monotonic()
                 if records:
@@ -211,6 +248,9 @@ class Mirror:
                     if not records and now - last_record > IDLE_DONE_S:
                         break
                 if not records and self.follow:
+                    if now - last_check > SOURCE_CHECK_INTERVAL_S:
+                        last_check = now
+                        self._check_source(names, consumer.positions())
                     if self.pattern and now - last_discovery > NEW_TOPICS_INTERVAL_S:
                         last_discovery = now
                         new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]
