@@ -235,8 +235,9 @@ class Mirror:
                     self._send(producer, chunks)
                     unsaved += records
                     self.stats.records += records
-                if unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
-                                or not records):
+                if ((unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
+                                  or not records))
+                        or (not records and self._moved(consumer.positions()))):
                     self._checkpoint(producer, consumer.positions())
                     unsaved, last_checkpoint = 0, now
                     if self.on_progress is not None:
@@ -267,12 +268,19 @@ class Mirror:
         finally:
             # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume
             try:
-                if unsaved:
+                if unsaved or self._moved(consumer.positions()):
                     self._checkpoint(producer, consumer.positions())
             finally:
                 consumer.close()
         if self.on_progress is not None:
             self.on_progress(self.stats)
+
+    def _moved(self, positions: dict[tuple[str, int], int]) -> bool:
+        """Did a position pass offsets holding no record for the mirror since its checkpoint (a
+        transaction's marker, an aborted transaction's records, a compacted gap)? A checkpoint then
+        lands past them: a rerun does not read them again (an aborted transaction may be large)."""
+        saved = self._saved
+        return any(off > saved.get(tp, 0) for tp, off in positions.items())
 
     def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]]) -> None:
         """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""

@@ -291,3 +291,73 @@ def klog_has_topic(bootstrap: str, topic: str) -> bool:
     from confluent_kafka.admin import AdminClient
 
     return topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+
+
+# -- checkpoints past what holds no record for the mirror ------------------------------------------
+def _checkpoints(dest: str) -> list[int]:
+    import json
+
+    with klog.open(dest, create=False) as store:
+        return [json.loads(r.value)["next_offset"] for r in store.consumer("__klog_mirror_checkpoints")]
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_the_checkpoint_lands_past_an_aborted_transaction_at_the_end(cli, tmp_path, exactly_once):
+    """It stopped after the last copied record (offset 3), so every rerun read the aborted
+    transaction again (here 5 records; any size in a real log) to find nothing in it."""
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    _fill(src, [b"a", b"b", b"c"])
+    with klog.open(src) as store, store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send_keyed("t", [(None, b"aborted%d" % i) for i in range(5)])
+        producer.flush()
+        producer.abort()  # offsets 3-7, its marker 8: the log ends at 9
+    mode = ["--exactly-once"] if exactly_once else []
+    assert cli("mirror", src, dest, "t", *mode).exit_code == 0
+    assert _checkpoints(dest)[-1] == 9
+    with klog.open(src) as store, store.producer(transactional_id="tx") as producer:
+        producer.begin()
+        producer.send("t", b"aborted too")
+        producer.flush()
+        producer.abort()  # 9, its marker 10
+    r = cli("mirror", src, dest, "t", *mode)  # nothing copied, and still past them
+    assert r.exit_code == 0 and "mirrored 0 records" in r.stderr, r.stderr
+    assert _checkpoints(dest)[-1] == 11
+    assert _dest_committed(dest, "t", 0) == [b"a", b"b", b"c"]
+
+
+@pytest.mark.slow
+def test_a_following_mirror_of_a_cluster_checkpoints_before_an_open_transaction_and_past_an_aborted_one(
+        kafka_server, tmp_path):
+    """librdkafka's end-of-partition now moves a following read's position past the offsets that hold
+    no record for it (markers, aborted records), never past an open transaction (it ends at the last
+    stable offset)."""
+    b, dest = kafka_server.bootstrap, str(tmp_path / "dest")
+    _create(b, "t", 1)
+    plain = ck.Producer({"bootstrap.servers": b})
+    plain.produce("t", b"a")
+    plain.flush(10)
+    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "tx"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("t", b"open")
+    producer.flush(10)  # offset 1, open
+    proc = _mirror(b, dest, "t", "--follow")
+    try:
+        assert _wait(lambda: _dest_committed(dest, "t", 0) == [b"a"], 20)
+        time.sleep(1.5)  # idle polls, the end-of-partition seen
+    finally:
+        assert "Traceback" not in _stop(proc)
+    assert _checkpoints(dest)[-1] == 1
+    producer.commit_transaction(10)  # its marker: 2
+    producer.begin_transaction()
+    producer.produce("t", b"aborted")
+    producer.flush(10)
+    producer.abort_transaction(10)  # 3, its marker 4: the log ends at 5
+    proc = _mirror(b, dest, "t", "--follow")
+    try:
+        assert _wait(lambda: _dest_committed(dest, "t", 0) == [b"a", b"open"], 20)
+        assert _wait(lambda: _checkpoints(dest)[-1] == 5, 10)
+    finally:
+        assert "Traceback" not in _stop(proc)
+    assert _dest_committed(dest, "t", 0) == [b"a", b"open"]
