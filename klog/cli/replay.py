@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=until_ms, count=count,
                                 keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
-                                dest_store=dest_store, isolation_level=isolation_level)
+                                dest_store=dest_store, isolation_level=isolation_level, on_warning=warn)
             stack.callback(replayer.close)
             if to is not None and env.stderr_tty:
                 stats = _run_with_progress(replayer)
