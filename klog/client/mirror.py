@@ -31,7 +31,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_topic_names
-from klog.errors import KlogError, UnknownTopicError, UsageError
+from klog.errors import KlogError, UsageError
 
 if TYPE_CHECKING:
     from klog.client.consumer import ConsumerBase
@@ -180,8 +180,8 @@ class Mirror:
         for t in names:
             try:
                 ends = self.src.offsets(t, -1)
-            except UnknownTopicError:
-                continue  # deleted, not (yet) recreated: nothing to copy meanwhile
+            except KlogError:  # deleted, not (yet) recreated (a cluster may say it as 'no leader'): no end to compare
+                continue
             for p, end in ends.items():
                 at = positions.get((t, p), 0)
                 if at > (end or 0):

@@ -301,6 +301,7 @@ def _checkpoints(dest: str) -> list[int]:
         return [json.loads(r.value)["next_offset"] for r in store.consumer("__klog_mirror_checkpoints")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exactly_once", [False, True])
 def test_the_checkpoint_lands_past_an_aborted_transaction_at_the_end(cli, tmp_path, exactly_once):
     """It stopped after the last copied record (offset 3), so every rerun read the aborted
@@ -361,3 +362,23 @@ def test_a_following_mirror_of_a_cluster_checkpoints_before_an_open_transaction_
     finally:
         assert "Traceback" not in _stop(proc)
     assert _dest_committed(dest, "t", 0) == [b"a", b"open"]
+
+
+@pytest.mark.slow
+def test_a_source_topic_deleted_under_a_following_mirror_is_said_by_the_reader(kafka_server, tmp_path):
+    """The source check runs after a read error: it must not put its own trouble (a deleted topic's
+    offsets cannot be listed) in place of the reader's one line."""
+    b, dest = kafka_server.bootstrap, str(tmp_path / "dest")
+    _create(b, "t", 1)
+    plain = ck.Producer({"bootstrap.servers": b})
+    plain.produce("t", b"a")
+    plain.flush(10)
+    proc = _mirror(b, dest, "t", "--follow", "--isolation-level", "read_uncommitted")
+    try:
+        assert _wait(lambda: _dest_committed(dest, "t", 0) == [b"a"], 20)
+        _delete(b, "t")
+        proc.wait(20)
+    finally:
+        err = _stop(proc)
+    assert proc.returncode == 1, err
+    assert err.strip().splitlines()[-1].startswith("klog: error: topic 't' was deleted while being read"), err
