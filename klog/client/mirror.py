@@ -44,6 +44,7 @@ IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not 
 NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
 FOLLOW_SLEEP_S = 0.05
 SOURCE_CHECK_INTERVAL_S = 5.0  # with --follow, idle: how often to check no source partition ends below the position
+SOURCE_CHECK_BUDGET_S = 0.2  # ... for at most this long a check (topics in turn)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Mirror:
         self.stats = MirrorStats()
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
+        self._check_next = 0  # the source topic _check_source looks at first
 
     # -- setup ---------------------------------------------------------------------------------
     def _ensure_dest(self, topic: str) -> None:
@@ -174,10 +176,18 @@ class Mirror:
                                     f"({end or 0}): the topic was recreated or truncated; copying it from its start")
                     del self._saved[(t, p)]
 
-    def _check_source(self, names: list[str], positions: dict[tuple[str, int], int]) -> None:
+    def _check_source(self, names: list[str], positions: dict[tuple[str, int], int],
+                      budget_s: float | None = None) -> None:
         """Raise when a source partition now ends below the mirror's position: its topic was deleted and
-        recreated (or truncated) under a following mirror, whose reader would wait for that offset forever."""
-        for t in names:
+        recreated (or truncated) under a following mirror, whose reader would wait for that offset forever.
+        With `budget_s`, topics in turn for that long at most (a cluster answers each in a round trip:
+        a wide mirror's idle check must not hold up the copy); the next call goes on from there."""
+        started = time.monotonic()
+        turn = names[self._check_next % len(names):] + names[:self._check_next % len(names)] if names else []
+        for t in turn:
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                break
+            self._check_next += 1
             try:
                 ends = self.src.offsets(t, -1)
             except KlogError:  # deleted, not (yet) recreated (a cluster may say it as 'no leader'): no end to compare
@@ -251,7 +261,7 @@ class Mirror:
                 if not records and self.follow:
                     if now - last_check > SOURCE_CHECK_INTERVAL_S:
                         last_check = now
-                        self._check_source(names, consumer.positions())
+                        self._check_source(names, consumer.positions(), SOURCE_CHECK_BUDGET_S)
                     if self.pattern and now - last_discovery > NEW_TOPICS_INTERVAL_S:
                         last_discovery = now
                         new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]

@@ -382,3 +382,25 @@ def test_a_source_topic_deleted_under_a_following_mirror_is_said_by_the_reader(k
         err = _stop(proc)
     assert proc.returncode == 1, err
     assert err.strip().splitlines()[-1].startswith("klog: error: topic 't' was deleted while being read"), err
+
+
+def test_the_idle_source_check_of_a_wide_mirror_takes_topics_in_turn_within_its_budget(tmp_path):
+    """A cluster answers each topic's end offsets in a round trip: the idle check of a mirror of many
+    topics must not hold up the copy (each pass is bounded, the next goes on where it stopped)."""
+    from klog.client.mirror import Mirror
+
+    asked = []
+    with klog.open(str(tmp_path / "src")) as src, klog.open(str(tmp_path / "dest")) as dest:
+        def slow_offsets(topic, timestamp=None, committed=False):  # noqa: ANN001, ANN202
+            asked.append(topic)
+            time.sleep(0.06)
+            return {0: 0}
+
+        src.offsets = slow_offsets
+        mirror = Mirror(src, dest, [], mirror_id="m")
+        names = ["a", "b", "c", "d", "e"]
+        mirror._check_source(names, {}, budget_s=0.1)
+        first = list(asked)
+        assert 1 <= len(first) < len(names)
+        mirror._check_source(names, {}, budget_s=10)
+        assert asked[len(first):] == names[len(first):] + names[:len(first)]
