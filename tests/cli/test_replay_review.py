@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli import assert_one_line_error
 
 import klog
 
@@ -82,3 +83,19 @@ def test_replay_from_a_cluster_reads_committed_records_and_resumes_into_a_transa
     with klog.open(dest, create=False) as store:
         assert [r.value for r in store.consumer("u", isolation_level="read_uncommitted")] == [
             b"before", b"committed", b"open"]
+
+
+@pytest.mark.slow
+def test_an_isolation_level_contradicting_the_clusters_property_is_refused(kafka_server, cli, tmp_path):
+    """The cluster's -X isolation.level (or a named cluster's) is what its reader uses: a contradicting
+    --isolation-level was silently overruled (read_committed asked, aborted records replayed)."""
+    b, dest = kafka_server.bootstrap, str(tmp_path / "never")
+    assert cli("topics", "create", "t", "-b", b).exit_code == 0
+    for flag, prop in (("read_committed", "read_uncommitted"), ("read_uncommitted", "read_committed")):
+        assert_one_line_error(cli("replay", "t", "-b", b, "-X", f"isolation.level={prop}", "--isolation-level", flag,
+                                  "--to", "u", "--to-store", dest), 2,
+                              f"--isolation-level {flag} contradicts the cluster's property isolation.level={prop}")
+    assert cli("clusters", "add", "c", "-b", b, "-X", "isolation.level=read_uncommitted").exit_code == 0
+    assert_one_line_error(cli("replay", "t", "--cluster", "c", "--isolation-level", "read_committed", "--json"), 2,
+                          "contradicts the cluster's property isolation.level=read_uncommitted")
+    assert not (tmp_path / "never").exists()
