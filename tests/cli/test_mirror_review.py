@@ -404,3 +404,26 @@ def test_the_idle_source_check_of_a_wide_mirror_takes_topics_in_turn_within_its_
         assert 1 <= len(first) < len(names)
         mirror._check_source(names, {}, budget_s=10)
         assert asked[len(first):] == names[len(first):] + names[:len(first)]
+
+
+@pytest.mark.slow
+def test_read_uncommitted_from_a_cluster_copies_aborted_and_open_records(kafka_server, tmp_path):
+    """librdkafka's own default is read_committed: klog asks its reader for what the flag says."""
+    b, dest = kafka_server.bootstrap, str(tmp_path / "dest")
+    _create(b, "t", 1)
+    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "tx"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("t", b"aborted")
+    producer.flush(10)
+    producer.abort_transaction(10)
+    producer.begin_transaction()
+    producer.produce("t", b"open")
+    producer.flush(10)
+    for level, want in (("read_uncommitted", [b"aborted", b"open"]), ("read_committed", [])):
+        proc = _mirror(b, dest + level, "t", "--isolation-level", level)
+        err = proc.communicate(timeout=60)[1].decode()
+        assert proc.returncode == 0, err
+        with klog.open(dest + level, create=False) as store:
+            assert [r.value for r in store.consumer("t", isolation_level="read_uncommitted")] == want
+    producer.abort_transaction(10)
