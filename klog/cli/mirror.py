@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         from klog.client.remote.target import open_endpoint
 
         renamer(rename)  # a bad template fails before anything opens
-        level = _isolation_level(isolation_level, source_property, exactly_once)
+        level = _isolation_level(isolation_level, source, data_dir, source_property, exactly_once)
         _refuse_a_copy_onto_itself(source, dest, data_dir, source_property, dest_property, rename)
         with contextlib.ExitStack() as stack:
             src = stack.enter_context(open_endpoint(source, data_dir, source_property, create=False, on_warning=warn))
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
             stack.enter_context(progress)
             job = Mirror(src, dst, topics or [], mirror_id=name or _mirror_id(source, data_dir), pattern=pattern,
                          rename=rename, follow=follow, exactly_once=exactly_once, isolation_level=level,
-                         on_progress=progress.update)
+                         on_progress=progress.update, on_warning=warn)
             interrupted = False
             try:  # SIGTERM arrives as KeyboardInterrupt too (session.Signals), and exits 143
                 stats = job.run()
@@ -91,16 +91,28 @@ def register(app: typer.Typer) -> None:
             raise KeyboardInterrupt
 
 
-def _isolation_level(flag: str | None, source_property: list[str] | None, exactly_once: bool) -> str:
-    """--isolation-level, or a SRC cluster's isolation.level property (one of them, or both the same),
-    read_committed when neither says; checked before anything opens."""
+def _isolation_level(flag: str | None, source: str, data_dir: str | None, source_property: list[str] | None,
+                     exactly_once: bool) -> str:
+    """--isolation-level, or a SRC cluster's isolation.level property (--source-property, or one saved
+    with a named cluster: the cluster's reader uses it whatever the mirror asks), read_committed when
+    none says; they must agree; checked before anything opens."""
     from klog.client.mirror import checked_isolation
     from klog.errors import UsageError
 
     said = [value.strip() for name, _, value in (p.partition("=") for p in source_property or ())
             if name.strip() == "isolation.level"]
+    where = f"--source-property isolation.level={said[-1]}" if said else None
+    if not said and source.startswith("@"):
+        from klog.client.remote.target import parse_endpoint
+
+        saved = parse_endpoint(source, data_dir, None).properties.get("isolation.level")
+        if saved is not None:
+            said, where = [saved.strip()], f"cluster {source}'s property isolation.level={saved.strip()}"
     if flag is not None and said and said[-1] != flag:
-        raise UsageError(f"--isolation-level {flag} contradicts --source-property isolation.level={said[-1]}")
+        raise UsageError(f"--isolation-level {flag} contradicts {where}")
+    if exactly_once and said and said[-1] != "read_committed":
+        raise UsageError(f"--exactly-once copies committed records only: it reads the source at read_committed, "
+                         f"not as {where} says")
     return checked_isolation(flag or (said[-1] if said else "read_committed"), exactly_once)
 
 

@@ -64,10 +64,10 @@ def register(app: typer.Typer) -> None:
             "(kafka://HOST:PORT[,...], HOST:PORT, or @NAME).")] = None,
         dest_property: Annotated[list[str] | None, typer.Option(
             "--dest-property", help="Kafka client property name=value for a --to-store cluster.")] = None,
-        isolation_level: Annotated[str, typer.Option(
+        isolation_level: Annotated[str | None, typer.Option(
             "--isolation-level", help="How to read SOURCE: read_committed (the default: records of aborted "
             "transactions are skipped, the replay stops before a transaction still open) or read_uncommitted "
-            "(every record written).")] = "read_committed",
+            "(every record written); a cluster's -X isolation.level says the same.")] = None,
         data_dir: DataDirOpt = None,
     ) -> None:
         """Re-publish a range of SOURCE into the topic --to names (or stdout), keys and headers kept,
@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--dest-property needs --to-store (a DEST cluster)")
         with contextlib.ExitStack() as stack:
             store = stack.enter_context(open_store(data_dir, create=False))
+            isolation_level = _isolation_level(store, isolation_level)
             store.topic(source)
             dest_store = None
             if to_store is not None and not _same_store(store, to_store, data_dir):
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
             replayer = Replayer(store, source, to, partitions=partition, start=start,
                                 until_ms=until_ms, count=count,
                                 keep_timestamps=keep_timestamps, speed=factor, rate=rate, group=group, emit=emit,
-                                dest_store=dest_store, isolation_level=isolation_level)
+                                dest_store=dest_store, isolation_level=isolation_level, on_warning=warn)
             stack.callback(replayer.close)
             if to is not None and env.stderr_tty:
                 stats = _run_with_progress(replayer)
@@ -105,6 +106,17 @@ def register(app: typer.Typer) -> None:
         if to is not None:
             skipped = f" ({stats.skipped} already replayed by group {group})" if stats.skipped else ""
             print(f"Replayed {stats.records} records from {source} into {to}{skipped}", file=sys.stderr)
+
+
+def _isolation_level(store: AnyStore, flag: str | None) -> str:
+    """--isolation-level, or a SOURCE cluster's isolation.level property (-X, or saved with a named
+    cluster: its reader uses it whatever the replay asks), read_committed when neither says; a flag
+    contradicting the property is refused (before DEST is created)."""
+    target = getattr(store, "target", None)
+    said = target.properties.get("isolation.level") if target is not None else None
+    if flag is not None and said is not None and said.strip() != flag:
+        raise UsageError(f"--isolation-level {flag} contradicts the cluster's property isolation.level={said.strip()}")
+    return flag or (said.strip() if said is not None else "read_committed")
 
 
 def _same_store(store: AnyStore, spec: str, data_dir: str | None) -> bool:

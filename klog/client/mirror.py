@@ -31,7 +31,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from klog.broker.resolve import resolve_topic_names
-from klog.errors import UsageError
+from klog.errors import KlogError, UsageError
 
 if TYPE_CHECKING:
     from klog.client.consumer import ConsumerBase
@@ -43,6 +43,8 @@ CHECKPOINT_RECORDS = 200_000  # ... or this many records
 IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not at the end also ends it
 NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
 FOLLOW_SLEEP_S = 0.05
+SOURCE_CHECK_INTERVAL_S = 5.0  # with --follow, idle: how often to check no source partition ends below the position
+SOURCE_CHECK_BUDGET_S = 0.2  # ... for at most this long a check (topics in turn)
 
 
 @dataclass
@@ -81,7 +83,8 @@ class Mirror:
     def __init__(self, src, dest, topics: list[str], *, mirror_id: str, pattern: str | None = None,
                  rename: str = "{topic}", follow: bool = False, exactly_once: bool = False,
                  isolation_level: str = "read_committed",
-                 on_progress: Callable[[MirrorStats], None] | None = None) -> None:
+                 on_progress: Callable[[MirrorStats], None] | None = None,
+                 on_warning: Callable[[str], None] | None = None) -> None:
         checked_isolation(isolation_level, exactly_once)
         self.src, self.dest = src, dest
         self.wanted, self.pattern = topics, pattern
@@ -91,9 +94,11 @@ class Mirror:
         self.exactly_once = exactly_once
         self.isolation_level = isolation_level
         self.on_progress = on_progress
+        self.on_warning = on_warning or (lambda _m: None)
         self.stats = MirrorStats()
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
+        self._check_next = 0  # the source topic _check_source looks at first
 
     # -- setup ---------------------------------------------------------------------------------
     def _ensure_dest(self, topic: str) -> None:
@@ -159,7 +164,43 @@ class Mirror:
             name = "klog-mirror:" + hashlib.sha256(name.encode()).hexdigest()
         return name
 
+    def _drop_checkpoints_past_the_end(self, names: list[str]) -> None:
+        """A checkpoint past its source partition's end (the topic was deleted and recreated, or
+        truncated, since it was written) would skip every record of the new log up to that offset, so
+        that partition is copied from its start (as Kafka's auto.offset.reset=earliest), said once."""
+        for t in names:
+            for p, end in self.src.offsets(t, -1).items():
+                saved = self._saved.get((t, p))
+                if saved is not None and saved > (end or 0):
+                    self.on_warning(f"{t}-{p}: the mirror's checkpoint (offset {saved}) is past the source's end "
+                                    f"({end or 0}): the topic was recreated or truncated; copying it from its start")
+                    del self._saved[(t, p)]
+
+    def _check_source(self, names: list[str], positions: dict[tuple[str, int], int],
+                      budget_s: float | None = None) -> None:
+        """Raise when a source partition now ends below the mirror's position: its topic was deleted and
+        recreated (or truncated) under a following mirror, whose reader would wait for that offset forever.
+        With `budget_s`, topics in turn for that long at most (a cluster answers each in a round trip:
+        a wide mirror's idle check must not hold up the copy); the next call goes on from there."""
+        started = time.monotonic()
+        turn = names[self._check_next % len(names):] + names[:self._check_next % len(names)] if names else []
+        for t in turn:
+            if budget_s is not None and time.monotonic() - started > budget_s:
+                break
+            self._check_next += 1
+            try:
+                ends = self.src.offsets(t, -1)
+            except KlogError:  # deleted, not (yet) recreated (a cluster may say it as 'no leader'): no end to compare
+                continue
+            for p, end in ends.items():
+                at = positions.get((t, p), 0)
+                if at > (end or 0):
+                    raise KlogError(f"source partition {t}-{p} now ends at offset {end or 0}, below the mirror's "
+                                    f"position {at}: the topic was deleted and recreated (or truncated); run the "
+                                    "mirror again to copy it from its start")
+
     def _open(self, names: list[str]) -> ConsumerBase:
+        self._drop_checkpoints_past_the_end(names)
         consumer = self.src.consumer(*names, start="beginning", follow=self.follow, merge=False,
                                      isolation_level=self.isolation_level)
         resumed = 0
@@ -187,10 +228,16 @@ class Mirror:
         last_checkpoint = time.monotonic()
         last_discovery = time.monotonic()
         last_record = time.monotonic()
+        last_check = time.monotonic()
         unsaved = 0
         try:
             while True:
-                chunks = _poll(consumer)
+                try:
+                    chunks = _poll(consumer)
+                except KlogError:
+                    if self.follow:  # a recreated source topic said plainly, not as the reader's trouble
+                        self._check_source(names, consumer.positions())
+                    raise
                 records = sum(len(c[2]) for c in chunks)
                 now = time.monotonic()
                 if records:
@@ -198,8 +245,9 @@ class Mirror:
                     self._send(producer, chunks)
                     unsaved += records
                     self.stats.records += records
-                if unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
-                                or not records):
+                if ((unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
+                                  or not records))
+                        or (not records and self._moved(consumer.positions()))):
                     self._checkpoint(producer, consumer.positions())
                     unsaved, last_checkpoint = 0, now
                     if self.on_progress is not None:
@@ -211,6 +259,9 @@ class Mirror:
                     if not records and now - last_record > IDLE_DONE_S:
                         break
                 if not records and self.follow:
+                    if now - last_check > SOURCE_CHECK_INTERVAL_S:
+                        last_check = now
+                        self._check_source(names, consumer.positions(), SOURCE_CHECK_BUDGET_S)
                     if self.pattern and now - last_discovery > NEW_TOPICS_INTERVAL_S:
                         last_discovery = now
                         new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]
@@ -227,12 +278,19 @@ class Mirror:
         finally:
             # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume
             try:
-                if unsaved:
+                if unsaved or self._moved(consumer.positions()):
                     self._checkpoint(producer, consumer.positions())
             finally:
                 consumer.close()
         if self.on_progress is not None:
             self.on_progress(self.stats)
+
+    def _moved(self, positions: dict[tuple[str, int], int]) -> bool:
+        """Did a position pass offsets holding no record for the mirror since its checkpoint (a
+        transaction's marker, an aborted transaction's records, a compacted gap)? A checkpoint then
+        lands past them: a rerun does not read them again (an aborted transaction may be large)."""
+        saved = self._saved
+        return any(off > saved.get(tp, 0) for tp, off in positions.items())
 
     def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]]) -> None:
         """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""

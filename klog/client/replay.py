@@ -169,6 +169,7 @@ class Replayer:
         self._producer = None  # a cluster DEST's producer
         self.source = source
         self.dest = dest
+        self.group = group
         self.count = count
         self.keep_timestamps = keep_timestamps
         self.speed = speed
@@ -236,10 +237,30 @@ class Replayer:
                 progress.apply(q, sources)  # the batch was written before the kill
             progress.intent = None
             progress.save()
+        self._forget_progress_past_the_end()
         for cursor in self.consumer.cursors:
             done = progress.done.get(cursor.partition)
             if done is not None and done > cursor.offset:
                 self.consumer.seek(self.source, cursor.partition, done)
+
+    def _forget_progress_past_the_end(self) -> None:
+        """A source partition that now ends below the group's progress was deleted and recreated (or
+        truncated) since: that progress would skip the new records up to it, for good. It is
+        forgotten (the partition replayed from the range's start), and said."""
+        progress = self.progress
+        assert progress is not None
+        ends = self.store.offsets(self.source, -1)
+        for s, done in sorted(progress.done.items()):
+            end = ends.get(s) or 0
+            if done > end:
+                if self.on_warning is not None:
+                    self.on_warning(f"replay group '{self.group}': its progress in {self.source}-{s} (offset {done}) "
+                                    f"is past the partition's end ({end}): the topic was recreated or truncated; "
+                                    "replaying it from the start")
+                del progress.done[s]
+                for key in [k for k in progress.committed if k[0] == s]:
+                    del progress.committed[key]
+                progress.save()
 
     def _landed(self, q: int, base_offset: int, crc: int, count: int) -> bool:
         """Is our batch at base_offset of DEST partition q? Asked after a writer opened the partition

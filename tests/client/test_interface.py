@@ -13,7 +13,6 @@ from klog.client.store import Store
 # parameters one store takes beyond the interface, each with its reason
 EXTRA = {
     ("Store", "create_topic", "adopt_folders"),  # a local store can adopt folders `klog dirs import` left
-    ("RemoteStore", "offsets", "committed"),  # a cluster's read_committed end (the LSO)
 }
 
 

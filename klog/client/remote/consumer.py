@@ -161,10 +161,15 @@ class RemoteConsumer(ConsumerBase):
 
     def _at_end(self, topic: str, partition: int, offset: int) -> None:
         """librdkafka fetched up to `offset`, the partition's end: a bounded read is complete even when
-        its last offsets hold no record for us (transaction markers, compacted away)."""
+        its last offsets hold no record for us (transaction markers, compacted away); a following
+        read's position passes them too (a mirror's checkpoint then lands past them)."""
         c = self._by_tp.get((topic, partition))
-        if c is not None and c.stop is not None and offset >= c.stop:
+        if c is None:
+            return
+        if c.stop is not None and offset >= c.stop:
             c.offset = max(c.offset, c.stop)
+        elif c.stop is None and not c.buffer:
+            c.offset = max(c.offset, offset)
 
     def _records(self, msgs: list) -> list[Record]:
         """Records of `msgs` below each partition's stop; cursors advance past them."""
