@@ -1,7 +1,7 @@
 """Debezium's signals: the source channel (SourceSignalChannel: a row inserted into the table named by
 `signal.data.collection` and seen in the change stream is a signal, its columns read by position as Debezium
 reads them: id, type, data, a JSON text) and the kafka channel (KafkaSignalChannel: records of
-`signal.kafka.topic` keyed by the connector's `topic.prefix`, their value JSON {"id", "type", "data"}, read
+`signal.kafka.topic` keyed by the connector's `topic.prefix`, their value JSON {"id", "type", "data"}, its
 partition 0 read by assignment from the offset group `signal.kafka.groupId` keeps, committed once acted on).
 
 Taken: `execute-snapshot` (Debezium's ExecuteSnapshot) of type `blocking` (streaming pauses at the signal,
