@@ -304,14 +304,25 @@ class KafkaChannel:
 
     def commit(self) -> None:
         """The offset of the signals read committed to the group (Debezium's commitSync: no generation, no
-        member; refused, as by Kafka, while the group has members of its own). Failed, it is kept for the next
-        commit."""
+        member; refused, as by Kafka, while the group has members of its own: named in one warning). Failed, it
+        is kept for the next commit."""
         if self.read_to:
             from klog.client.groups_admin import ResetRow
+            from klog.errors import GroupError
 
-            self.store.reset_group_offsets(self.group, [ResetRow(t, p, None, 0, 0, o)
-                                                        for (t, p), o in sorted(self.read_to.items())])
+            try:
+                self.store.reset_group_offsets(self.group, [ResetRow(t, p, None, 0, 0, o)
+                                                            for (t, p), o in sorted(self.read_to.items())])
+            except GroupError as e:
+                if "live member" not in str(e):
+                    raise
+                # (a setup that lasts: named once, not at each signal poll)
+                self._once("members", f"signal.kafka.groupId '{self.group}': the offset of the signals read is not "
+                                      f"committed while the group has members of its own ({e}); tried again at "
+                                      "each commit")
+                return
             self.read_to = {}
+            self.told.discard("members")
 
     def close(self, commit: bool = True) -> None:
         try:
