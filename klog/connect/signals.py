@@ -1,8 +1,8 @@
 """Debezium's signals: the source channel (SourceSignalChannel: a row inserted into the table named by
 `signal.data.collection` and seen in the change stream is a signal, its columns read by position as Debezium
 reads them: id, type, data, a JSON text) and the kafka channel (KafkaSignalChannel: records of
-`signal.kafka.topic` keyed by the connector's `topic.prefix`, their value JSON {"id", "type", "data"}, read
-by a consumer of group `signal.kafka.groupId` whose offsets are committed once acted on).
+`signal.kafka.topic` keyed by the connector's `topic.prefix`, their value JSON {"id", "type", "data"}, its
+partition 0 read by assignment from the offset group `signal.kafka.groupId` keeps, committed once acted on).
 
 Taken: `execute-snapshot` (Debezium's ExecuteSnapshot) of type `blocking` (streaming pauses at the signal,
 the tables named by `data-collections` are read as the initial snapshot reads them, op `r`, then streaming
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass, field
 
 from klog.connect.config import java_regex
@@ -132,16 +131,17 @@ def stop_snapshot(signal_id: str, data: object) -> list[re.Pattern] | None:
                           f"{e}; the signal is ignored") from None
 
 
-UNASSIGNED_S = 30  # how long the signal consumer may hold no partition before a warning says so
-
-
 class KafkaChannel:
-    """Debezium's KafkaSignalChannel: `signal.kafka.topic` (default `<topic.prefix>-signal`) read from
-    `signal.kafka.bootstrap.servers` (a klog store's path, or a cluster: kafka://HOST:PORT, @NAME of `klog
-    clusters`, HOST:PORT; `signal.consumer.*` are the cluster client's properties) by a consumer of group
-    `signal.kafka.groupId` (default kafka-signal) starting at the earliest offset. A record keyed by another
-    name than topic.prefix is ignored, as Debezium's; the offsets of what was read are committed once it is
-    acted on (commit()), so a restart does not read a signal again."""
+    """Debezium's KafkaSignalChannel: partition 0 of `signal.kafka.topic` (default `<topic.prefix>-signal`) read
+    from `signal.kafka.bootstrap.servers` (a klog store's path, or a cluster: kafka://HOST:PORT, @NAME of `klog
+    clusters`, HOST:PORT; `signal.consumer.*` are the cluster client's properties) by assignment, as Debezium's
+    consumer.assign: no member of any group. Group `signal.kafka.groupId` (default kafka-signal) only keeps its
+    offset: the read starts at the group's committed offset, else at the earliest, and the offset of what was
+    read is committed once it is acted on (commit(), with no generation, as a consumer that never joined
+    commits), so a restart does not read a signal again. Several connectors may share the group and the topic:
+    each reads every record (a record keyed by another name than topic.prefix is ignored, as Debezium's)."""
+
+    PARTITION = 0  # Debezium's channel assigns itself partition 0 of the topic, whatever the topic holds
 
     def __init__(self, props: dict[str, str], prefix: str, connector: str, warn) -> None:  # noqa: ANN001
         self.prefix, self.where, self.warn = prefix, f"connector '{connector}'", warn
@@ -159,8 +159,9 @@ class KafkaChannel:
         from klog.client.remote.target import open_endpoint
         from klog.errors import KlogError
 
-        # the consumer's own settings among signal.consumer.* (max.poll.interval.ms, session.timeout.ms, ...),
-        # as Debezium hands them to its KafkaConsumer; offsets committed by the channel, never automatically
+        # the consumer's own settings among signal.consumer.* (isolation.level; max.poll.interval.ms,
+        # session.timeout.ms, ... are checked but have no use: the consumer joins no group), as Debezium hands
+        # them to its KafkaConsumer; offsets committed by the channel, never automatically
         group = {k[len("signal.consumer."):]: v.strip() for k, v in props.items() if k.startswith("signal.consumer.")
                  and k[len("signal.consumer."):] in GroupConfig.PROPERTIES}
         for key, value in group.items():
@@ -168,9 +169,7 @@ class KafkaChannel:
                 GroupConfig.from_properties({key: value})
             except KlogError as e:
                 raise ConfigError(f"signal.consumer.{key}", value, str(e)) from None
-        # (the connector's name in the client id: the group's members tell which connector holds the topic)
-        self.group_config = GroupConfig.from_properties({"client.id": f"{connector}-signal", **group,
-                                                         "enable.auto.commit": "false"})
+        self.isolation_level = GroupConfig.from_properties({**group, "enable.auto.commit": "false"}).isolation_level
         properties = [f"{k[len('signal.consumer.'):]}={v}" for k, v in sorted(props.items())
                       if k.startswith("signal.consumer.") and k[len("signal.consumer."):] not in group]
 
@@ -178,12 +177,12 @@ class KafkaChannel:
             self.store = open_endpoint(servers, None, properties, create=False, on_warning=warn)
         except KlogError as e:
             raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e)) from None
+        self.local = getattr(self.store, "is_local", True)
         self.consumer = None
-        self.batches = None
+        self.topic_id = None  # (a local store's: a topic deleted and made again under the name is told apart)
         self.read_to: dict[tuple[str, int], int] = {}  # what commit() commits
-        # the offset after the last record read, per partition: what a consumer reads again is skipped (one
-        # its group expelled, a blocking snapshot outlasting max.poll.interval.ms, rejoins at the committed
-        # offsets, before the signals acted on since, or held until the snapshot's end)
+        # the offset after the last record read: a consumer made again (after a read that failed) starts there,
+        # not at the committed offset, before the signals acted on since or held until a blocking snapshot's end
         self.seen: dict[tuple[str, int], int] = {}
         self.told: set[str] = set()  # what was warned of once
 
@@ -192,75 +191,91 @@ class KafkaChannel:
             self.told.add(what)
             self.warn(f"{self.where}: {message}")
 
+    def _open(self) -> None:
+        """The consumer of partition 0, from where the channel read to, else the group's committed offset, else
+        the earliest (Debezium's auto.offset.reset; an offset out of the log's range too)."""
+        from klog.client.consumer import StartSpec
+        from klog.client.groups_admin import ResetSpec
+
+        tp = (self.topic, self.PARTITION)
+        row = self.store.plan_offset_reset(self.group, ResetSpec("current"), [f"{self.topic}:{self.PARTITION}"])[0]
+        start = row.log_start
+        for offset in (self.seen.get(tp), row.current):
+            if offset is not None and row.log_start <= offset <= row.log_end:
+                start = offset
+                break
+        if self.local:
+            self.store.forget_topic_metadata(self.topic)
+            self.topic_id = self.store.topic(self.topic).topic_id
+        how = {"partitions": [self.PARTITION], "start": StartSpec("offset", start), "follow": True,
+               "isolation_level": self.isolation_level}
+        if self.local:
+            self.consumer = self.store.consumer(self.topic, **how)
+        else:
+            # librdkafka's consumer, assigned the partition as Debezium's KafkaConsumer is: a poll returns after
+            # its timeout while the cluster is down (klog's fetch consumer would wait for the store's timeout,
+            # holding the stream)
+            from klog.client.remote.consumer import RemoteConsumer
+
+            self.consumer = RemoteConsumer(self.store, [self.topic], **how)
+
     def read(self) -> list[tuple[str, str, object]]:
         """The signals (id, type, data) come since the last read; a malformed one is named in a warning and
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
         # (a local store's topic looked for at each read: a cluster deletes the group's offsets with the topic,
         # and asking it while it is down would hold the stream for its metadata timeout)
-        if self.consumer is not None and getattr(self.store, "is_local", True) and not self.store.has_topic(self.topic):
+        if self.consumer is not None and self.local and not self._same_topic():
             self._topic_deleted()
         if self.consumer is None:
             if not self.store.has_topic(self.topic):
                 self._once("topic", f"signal.kafka.topic '{self.topic}' does not exist (yet): no signal is read "
                                     "from it until it does")
                 return []
-            self.consumer = self.store.group_consumer(self.group, self.topic, config=self.group_config)
-            self.batches = self.consumer.batches(timeout_ms=self.timeout_ms)
-            self.joined = time.monotonic()
+            self._open()
         try:
-            batch = next(self.batches, None) or []
+            batch = self.consumer.poll() if self.local else self.consumer.poll(self.timeout_ms / 1000)
         except Exception:
-            # a generator that raised is over: the consumer is made again at the next read (at the committed
-            # offsets, what was read already skipped), or the channel would read nothing from now on
+            # the consumer is made again at the next read (where the channel read to), or a consumer left
+            # failing would read nothing from now on
             self._drop_consumer()
             raise
         out = []
         for r in batch:
             tp = (r.topic, r.partition)
             if r.offset < self.seen.get(tp, 0):
-                continue  # read again after a rejoin: acted on already, or held
+                continue  # read already: acted on, or held
             self.seen[tp] = self.read_to[tp] = r.offset + 1
             got = self.signal(r.key, r.value, r.offset)
             if got is not None:
                 out.append(got)
-        if not out and "unassigned" not in self.told and time.monotonic() - self.joined > UNASSIGNED_S and \
-                not self.consumer.assignment():
-            # Debezium's consumer assigns itself partition 0 whatever its group; klog's is the group's member
-            holders = self._holders()
-            if holders:
-                self._once("unassigned", f"signal.kafka.groupId '{self.group}' gives this connector no partition of "
-                                         f"'{self.topic}' (another member of the group holds it: client "
-                                         f"{', '.join(repr(h) for h in holders)}): its signals are not read; give "
-                                         "each connector reading the topic its own signal.kafka.groupId")
         return out
 
+    def _same_topic(self) -> bool:
+        """Is the topic read still the one of that name (not deleted, not made again)?"""
+        self.store.forget_topic_metadata(self.topic)  # (the store keeps what it looked up)
+        try:
+            return self.store.topic(self.topic).topic_id == self.topic_id
+        except Exception:  # noqa: BLE001 - deleted
+            return False
+
     def _drop_consumer(self) -> None:
-        consumer, self.consumer, self.batches = self.consumer, None, None
+        consumer, self.consumer = self.consumer, None
         try:
             consumer.close()
-        except Exception:  # noqa: BLE001, S110 - a consumer that failed, or of a topic gone: it leaves as it can
+        except Exception:  # noqa: BLE001, S110 - a consumer that failed, or of a topic gone: it closes as it can
             pass
 
-    def _holders(self) -> list[str]:
-        """The client ids of the group's other members holding a partition of the topic (none: the cluster not
-        answering, the group between two assignments)."""
-        try:
-            members = self.store.describe_group(self.group).members
-        except Exception:  # noqa: BLE001 - asked again at the next read
-            return []
-        return sorted({m.client_id for m in members if any(tp[0] == self.topic for tp in m.partitions)
-                       and m.client_id != self.group_config.client_id})
-
     def _topic_deleted(self) -> None:
-        """The signal topic deleted while read: the consumer leaves, and the group's offsets of the topic go (as
-        Kafka deletes them with the topic: a topic made again under the name is read from its beginning, not
-        from the old topic's offsets, past its first signals)."""
+        """The signal topic deleted while read: the group's offsets of the topic go (as Kafka deletes them with
+        the topic: a topic made again under the name is read from its beginning, not from the old topic's
+        offsets, past its first signals)."""
         self._drop_consumer()
+        self.store.forget_topic(self.topic)  # (a local store's: its partitions open are the old topic's)
         self.seen, self.read_to = {}, {}
         self.told.discard("topic")
         try:
             self.store.delete_group_offsets(self.group, self.topic)
-        except Exception:  # noqa: BLE001 - another member of the group reads it still, or they are gone already
+        except Exception:  # noqa: BLE001, S110 - another connector sharing the group deleted them already
             pass
         self.warn(f"{self.where}: signal.kafka.topic '{self.topic}' was deleted: its signals are read from its "
                   "beginning once it exists again")
@@ -288,18 +303,34 @@ class KafkaChannel:
         return (str(signal_id) if signal_id is not None else f"{self.topic}-{offset}"), doc["type"], doc.get("data")
 
     def commit(self) -> None:
-        """The offsets of the signals read committed (Debezium's consumer commits them)."""
-        if self.consumer is not None and self.read_to:
-            self.consumer.commit(dict(self.read_to))
+        """The offset of the signals read committed to the group (Debezium's commitSync: no generation, no
+        member; refused, as by Kafka, while the group has members of its own: named in one warning). Failed, it
+        is kept for the next commit."""
+        if self.read_to:
+            from klog.client.groups_admin import ResetRow
+            from klog.errors import GroupError
+
+            try:
+                self.store.reset_group_offsets(self.group, [ResetRow(t, p, None, 0, 0, o)
+                                                            for (t, p), o in sorted(self.read_to.items())])
+            except GroupError as e:
+                if "live member" not in str(e):
+                    raise
+                # (a setup that lasts: named once, not at each signal poll)
+                self._once("members", f"signal.kafka.groupId '{self.group}': the offset of the signals read is not "
+                                      f"committed while the group has members of its own ({e}); tried again at "
+                                      "each commit")
+                return
             self.read_to = {}
+            self.told.discard("members")
 
     def close(self, commit: bool = True) -> None:
         try:
-            if self.consumer is not None:
-                try:
-                    if commit:
-                        self.commit()
-                finally:
+            try:
+                if commit:
+                    self.commit()
+            finally:
+                if self.consumer is not None:
                     self.consumer.close()
         finally:
             self.store.close()
