@@ -187,3 +187,87 @@ def launch_error(stderr_text: str | None) -> SparkUnavailableError:
         return SparkUnavailableError(f"Spark's JVM did not start: {line}")
     hint = "see its output above" if stderr_text is None else "run with --verbose to see its output"
     return SparkUnavailableError(f"Spark's JVM exited while starting ({hint})")
+
+
+# The program Popen runs in place of spark-submit (pyspark's launch_gateway takes `executable` in its
+# popen_kwargs; it sets its own preexec_fn, so the set-up happens here, before exec): the JVM gets its own
+# session and process group (a Ctrl-C or `timeout`'s SIGTERM to klog's group reaches klog, which stops
+# Spark, not the JVM in the middle of a call), and on Linux PR_SET_PDEATHSIG: the JVM gets SIGTERM when
+# the thread that started it ends, so it cannot outlive klog, even a klog killed while the JVM starts
+# (before Spark's own guard, the gateway exiting when its stdin closes, is up).
+_LAUNCHER_CODE = """\
+import os, sys
+os.setsid()
+if sys.platform == "linux":
+    try:
+        import ctypes, signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+if os.getppid() != {parent}:  # klog ended before the line above: do not start Spark at all
+    sys.exit(143)
+os.execv({submit!r}, [{submit!r}] + sys.argv[1:])
+"""
+
+
+def launcher(work_dir: str, spark_submit: str) -> str | None:
+    """A `sh` script in work_dir that runs spark-submit as _LAUNCHER_CODE says; None where it cannot run
+    (not POSIX, a noexec work_dir): then pyspark starts spark-submit itself."""
+    if os.name != "posix" or os.statvfs(work_dir).f_flag & os.ST_NOEXEC:
+        return None
+    import shlex
+
+    code = _LAUNCHER_CODE.format(parent=os.getpid(), submit=spark_submit)
+    path = os.path.join(work_dir, "spark-submit")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n# klog: spark-submit in its own process group, ended with klog (klog/spark/launch.py)\n"
+                f"exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(code)} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def start_gateway(conf: dict[str, str], work_dir: str) -> None:
+    """Start Spark's JVM and its py4j gateway as SparkContext would (launch_gateway with the builder's
+    conf), through launcher(); the SparkContext created next finds it. Nothing when a gateway is up."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return
+        spark_conf = SparkConf()
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        popen_kwargs = {}
+        # PR_SET_PDEATHSIG follows the starting thread: only the main thread lives as long as the process
+        if threading.current_thread() is threading.main_thread():
+            path = launcher(work_dir, os.path.join(_find_spark_home(), "bin", "spark-submit"))
+            if path is not None:
+                popen_kwargs["executable"] = path
+        gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
+        SparkContext._gateway = gateway  # what SparkContext._ensure_initialized does with its own launch
+        SparkContext._jvm = gateway.jvm
+
+
+def stop_jvm(gateway, wait_seconds: float = 5.0) -> None:  # noqa: ANN001 - py4j gateway with .proc
+    """End a JVM this process started (its process group when it has its own), now rather than at exit."""
+    import signal
+    import subprocess
+
+    proc = getattr(gateway, "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        own_group = os.name == "posix" and os.getpgid(proc.pid) == proc.pid
+    except OSError:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig) if own_group else proc.send_signal(sig)
+            proc.wait(wait_seconds)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except OSError:
+            return

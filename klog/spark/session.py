@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from klog.spark.java import find_java, require_pyspark
-from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error
+from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error, start_gateway
 
 KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
@@ -174,10 +174,13 @@ def _work_dir() -> str:
     return path
 
 
-def _get_or_create(builder, quiet: bool):  # noqa: ANN001, ANN202 - SparkSession.Builder -> SparkSession
-    """builder.getOrCreate() with the JVM's stderr filtered (quiet); a JVM that cannot start is one line."""
+def _get_or_create(builder, quiet: bool, conf: dict[str, str], work_dir: str):  # noqa: ANN001, ANN202
+    """builder.getOrCreate() with the JVM's stderr filtered (quiet); a JVM that cannot start is one line.
+
+    The JVM is started first by start_gateway (launch.py): in its own process group, ended with klog."""
     with jvm_stderr(quiet) as pump:
         try:
+            start_gateway(conf, work_dir)
             spark = builder.getOrCreate()
         except Exception as e:
             failure: Exception | None = e
@@ -203,6 +206,19 @@ def _quiet_python_loggers(verbose: bool) -> None:
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # through PySparkLogger: a plain logging.Logger of that name would reject PySpark's extra arguments
         PySparkLogger.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    # py4j logs a Ctrl-C or SIGTERM during a JVM call (and a call to a JVM that ended) with a traceback,
+    # through the root logger: klog says "interrupted" or "terminated" in one line instead
+    logging.getLogger("py4j").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    root = logging.getLogger()
+    if verbose:
+        root.removeFilter(_py4j_records)
+    elif _py4j_records not in root.filters:
+        root.addFilter(_py4j_records)
+
+
+def _py4j_records(record) -> bool:  # noqa: ANN001 - logging.LogRecord
+    """A root-logger filter: False for the records py4j's own code logs."""
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def active_session():  # noqa: ANN201 - SparkSession | None
@@ -236,10 +252,11 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
         settings.notify(f"klog: recording Spark's JVM classes in {os.path.dirname(_archive.path)} once "
                         "(later starts are faster)")
     builder = SparkSession.builder
-    for key, value in _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "").items():
+    conf = _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "")
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = _get_or_create(builder, quiet=not settings.verbose)
     _quiet_python_loggers(settings.verbose)
+    spark = _get_or_create(builder, not settings.verbose, conf, work_dir)
     register(spark, settings.data_dir)
     return spark
 
