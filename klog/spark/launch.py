@@ -103,6 +103,7 @@ class StderrPump:
         self.filter = noise_filter or NoiseFilter()
         self.lock = threading.Lock()
         self.holding = True
+        self.muted = False
         self.held = b""
         self.thread = threading.Thread(target=self._run, name="klog-jvm-stderr", daemon=True)
 
@@ -114,6 +115,8 @@ class StderrPump:
         if not data:
             return
         with self.lock:
+            if self.muted:
+                return
             if self.holding:
                 self.held += data
                 return
@@ -138,6 +141,11 @@ class StderrPump:
             held, self.held, self.holding = self.held, b"", False
         if held:
             os.write(self.out, held)
+
+    def mute(self) -> None:
+        """From now on the JVM's output goes nowhere (Spark stopping after a Ctrl-C logs the tasks it kills)."""
+        with self.lock:
+            self.muted, self.held = True, b""
 
     def drop(self, wait_for_eof: bool) -> str:
         """A failed start: the held text (after the JVM's end, if it exited), which is not written out."""
@@ -249,25 +257,3 @@ def start_gateway(conf: dict[str, str], work_dir: str) -> None:
         SparkContext._gateway = gateway  # what SparkContext._ensure_initialized does with its own launch
         SparkContext._jvm = gateway.jvm
 
-
-def stop_jvm(gateway, wait_seconds: float = 5.0) -> None:  # noqa: ANN001 - py4j gateway with .proc
-    """End a JVM this process started (its process group when it has its own), now rather than at exit."""
-    import signal
-    import subprocess
-
-    proc = getattr(gateway, "proc", None)
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        own_group = os.name == "posix" and os.getpgid(proc.pid) == proc.pid
-    except OSError:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig) if own_group else proc.send_signal(sig)
-            proc.wait(wait_seconds)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except OSError:
-            return

@@ -10,6 +10,7 @@ interpreter, klog on PYTHONPATH, KLOG_DATA_DIR).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -24,6 +25,7 @@ from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr
 KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
 _archive = None  # the ClassArchive (classcache.py) of the JVM this process started, if any
+_pump = None  # the StderrPump (launch.py) forwarding that JVM's stderr, if quiet
 
 
 @dataclass
@@ -188,6 +190,8 @@ def _get_or_create(builder, quiet: bool, conf: dict[str, str], work_dir: str):  
             failure = None
             if pump is not None:
                 pump.release()
+                global _pump
+                _pump = pump
     if failure is None:
         return spark
     exited = gateway_exited(failure)
@@ -281,14 +285,34 @@ def stop_session(spark) -> None:  # noqa: ANN001 - SparkSession
         SparkContext._jvm = None
 
 
+def mute_jvm() -> None:
+    """Once the user stopped the command: nothing more from the JVM (and its Python workers) on stderr.
+
+    Spark stopping early logs the tasks it kills, and a streaming source's Python runner prints an
+    EOFError traceback when its query stops before its first batch; klog reports the stop itself.
+    Verbose sessions (no StderrPump) keep everything."""
+    if _pump is not None:
+        _pump.mute()
+
+
 @contextmanager
 def spark_session(settings: SessionSettings) -> Iterator:
     """start_session(), stopped on exit if this call started it."""
     require_pyspark()
     was_running = sys.modules.get("pyspark") is not None and active_session() is not None
     spark = start_session(settings)
+    interrupted = False
     try:
         yield spark
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (klog/cli/session.py)
+        interrupted = True
+        raise
     finally:
-        if not was_running:
+        if not was_running and interrupted:
+            # the user stopped the command: not a word from Spark stopping (the tasks it kills log errors),
+            # and an error while stopping does not replace the interrupt; the JVM ends with klog regardless
+            mute_jvm()
+            with contextlib.suppress(Exception):
+                stop_session(spark)
+        elif not was_running:
             stop_session(spark)
