@@ -251,11 +251,15 @@ def register(app: typer.Typer) -> None:
             if not available_now:
                 print(f"streaming {source} -> {target} (checkpoint {checkpoint_dir}); Ctrl-C stops",
                       file=sys.stderr)
-            interrupted = spark_stream.wait(query)
+            stopped_by = spark_stream.wait(query)
             summary = spark_stream.summarize(query, checkpoint_dir)
         print(f"streamed {summary.records:,} records in {summary.batches} batches from {source} to {target} "
               f"(checkpoint {summary.checkpoint})", file=sys.stderr)
-        if interrupted:
+        if stopped_by:
+            import signal
+
+            if stopped_by == signal.SIGTERM:
+                signal.raise_signal(signal.SIGTERM)  # klog's handler (cli/session.py): exit 143, "terminated"
             raise KeyboardInterrupt
 
 

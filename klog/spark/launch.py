@@ -103,6 +103,7 @@ class StderrPump:
         self.filter = noise_filter or NoiseFilter()
         self.lock = threading.Lock()
         self.holding = True
+        self.muted = False
         self.held = b""
         self.thread = threading.Thread(target=self._run, name="klog-jvm-stderr", daemon=True)
 
@@ -114,6 +115,8 @@ class StderrPump:
         if not data:
             return
         with self.lock:
+            if self.muted:
+                return
             if self.holding:
                 self.held += data
                 return
@@ -138,6 +141,11 @@ class StderrPump:
             held, self.held, self.holding = self.held, b"", False
         if held:
             os.write(self.out, held)
+
+    def mute(self) -> None:
+        """From now on the JVM's output goes nowhere (Spark stopping after a Ctrl-C logs the tasks it kills)."""
+        with self.lock:
+            self.muted, self.held = True, b""
 
     def drop(self, wait_for_eof: bool) -> str:
         """A failed start: the held text (after the JVM's end, if it exited), which is not written out."""
@@ -187,3 +195,65 @@ def launch_error(stderr_text: str | None) -> SparkUnavailableError:
         return SparkUnavailableError(f"Spark's JVM did not start: {line}")
     hint = "see its output above" if stderr_text is None else "run with --verbose to see its output"
     return SparkUnavailableError(f"Spark's JVM exited while starting ({hint})")
+
+
+# The program Popen runs in place of spark-submit (pyspark's launch_gateway takes `executable` in its
+# popen_kwargs; it sets its own preexec_fn, so the set-up happens here, before exec): the JVM gets its own
+# session and process group (a Ctrl-C or `timeout`'s SIGTERM to klog's group reaches klog, which stops
+# Spark, not the JVM in the middle of a call), and on Linux PR_SET_PDEATHSIG: the JVM gets SIGTERM when
+# the thread that started it ends, so it cannot outlive klog, even a klog killed while the JVM starts
+# (before Spark's own guard, the gateway exiting when its stdin closes, is up).
+_LAUNCHER_CODE = """\
+import os, sys
+os.setsid()
+if sys.platform == "linux":
+    try:
+        import ctypes, signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+if os.getppid() != {parent}:  # klog ended before the line above: do not start Spark at all
+    sys.exit(143)
+os.execv({submit!r}, [{submit!r}] + sys.argv[1:])
+"""
+
+
+def launcher(work_dir: str, spark_submit: str) -> str | None:
+    """A `sh` script in work_dir that runs spark-submit as _LAUNCHER_CODE says; None where it cannot run
+    (not POSIX, a noexec work_dir): then pyspark starts spark-submit itself."""
+    if os.name != "posix" or os.statvfs(work_dir).f_flag & os.ST_NOEXEC:
+        return None
+    import shlex
+
+    code = _LAUNCHER_CODE.format(parent=os.getpid(), submit=spark_submit)
+    path = os.path.join(work_dir, "spark-submit")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n# klog: spark-submit in its own process group, ended with klog (klog/spark/launch.py)\n"
+                f"exec {shlex.quote(sys.executable)} -I -S -c {shlex.quote(code)} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def start_gateway(conf: dict[str, str], work_dir: str) -> None:
+    """Start Spark's JVM and its py4j gateway as SparkContext would (launch_gateway with the builder's
+    conf), through launcher(); the SparkContext created next finds it. Nothing when a gateway is up."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return
+        spark_conf = SparkConf()
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        popen_kwargs = {}
+        # PR_SET_PDEATHSIG follows the starting thread: only the main thread lives as long as the process
+        if threading.current_thread() is threading.main_thread():
+            path = launcher(work_dir, os.path.join(_find_spark_home(), "bin", "spark-submit"))
+            if path is not None:
+                popen_kwargs["executable"] = path
+        gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
+        SparkContext._gateway = gateway  # what SparkContext._ensure_initialized does with its own launch
+        SparkContext._jvm = gateway.jvm
+

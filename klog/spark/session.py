@@ -10,6 +10,7 @@ interpreter, klog on PYTHONPATH, KLOG_DATA_DIR).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -19,11 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from klog.spark.java import find_java, require_pyspark
-from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error
+from klog.spark.launch import check_master, gateway_exited, is_local, jvm_stderr, launch_error, start_gateway
 
 KLOG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHUFFLE_PARTITIONS = 8  # Spark's 200 makes every small local aggregation schedule 200 tasks
 _archive = None  # the ClassArchive (classcache.py) of the JVM this process started, if any
+_pump = None  # the StderrPump (launch.py) forwarding that JVM's stderr, if quiet
 
 
 @dataclass
@@ -174,10 +176,13 @@ def _work_dir() -> str:
     return path
 
 
-def _get_or_create(builder, quiet: bool):  # noqa: ANN001, ANN202 - SparkSession.Builder -> SparkSession
-    """builder.getOrCreate() with the JVM's stderr filtered (quiet); a JVM that cannot start is one line."""
+def _get_or_create(builder, quiet: bool, conf: dict[str, str], work_dir: str):  # noqa: ANN001, ANN202
+    """builder.getOrCreate() with the JVM's stderr filtered (quiet); a JVM that cannot start is one line.
+
+    The JVM is started first by start_gateway (launch.py): in its own process group, ended with klog."""
     with jvm_stderr(quiet) as pump:
         try:
+            start_gateway(conf, work_dir)
             spark = builder.getOrCreate()
         except Exception as e:
             failure: Exception | None = e
@@ -185,6 +190,8 @@ def _get_or_create(builder, quiet: bool):  # noqa: ANN001, ANN202 - SparkSession
             failure = None
             if pump is not None:
                 pump.release()
+                global _pump
+                _pump = pump
     if failure is None:
         return spark
     exited = gateway_exited(failure)
@@ -203,6 +210,19 @@ def _quiet_python_loggers(verbose: bool) -> None:
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # through PySparkLogger: a plain logging.Logger of that name would reject PySpark's extra arguments
         PySparkLogger.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    # py4j logs a Ctrl-C or SIGTERM during a JVM call (and a call to a JVM that ended) with a traceback,
+    # through the root logger: klog says "interrupted" or "terminated" in one line instead
+    logging.getLogger("py4j").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+    root = logging.getLogger()
+    if verbose:
+        root.removeFilter(_py4j_records)
+    elif _py4j_records not in root.filters:
+        root.addFilter(_py4j_records)
+
+
+def _py4j_records(record) -> bool:  # noqa: ANN001 - logging.LogRecord
+    """A root-logger filter: False for the records py4j's own code logs."""
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def active_session():  # noqa: ANN201 - SparkSession | None
@@ -236,10 +256,11 @@ def start_session(settings: SessionSettings):  # noqa: ANN201 - SparkSession
         settings.notify(f"klog: recording Spark's JVM classes in {os.path.dirname(_archive.path)} once "
                         "(later starts are faster)")
     builder = SparkSession.builder
-    for key, value in _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "").items():
+    conf = _builder_conf(settings, work_dir, _archive.jvm_options() if _archive else "")
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = _get_or_create(builder, quiet=not settings.verbose)
     _quiet_python_loggers(settings.verbose)
+    spark = _get_or_create(builder, not settings.verbose, conf, work_dir)
     register(spark, settings.data_dir)
     return spark
 
@@ -264,14 +285,34 @@ def stop_session(spark) -> None:  # noqa: ANN001 - SparkSession
         SparkContext._jvm = None
 
 
+def mute_jvm() -> None:
+    """Once the user stopped the command: nothing more from the JVM (and its Python workers) on stderr.
+
+    Spark stopping early logs the tasks it kills, and a streaming source's Python runner prints an
+    EOFError traceback when its query stops before its first batch; klog reports the stop itself.
+    Verbose sessions (no StderrPump) keep everything."""
+    if _pump is not None:
+        _pump.mute()
+
+
 @contextmanager
 def spark_session(settings: SessionSettings) -> Iterator:
     """start_session(), stopped on exit if this call started it."""
     require_pyspark()
     was_running = sys.modules.get("pyspark") is not None and active_session() is not None
     spark = start_session(settings)
+    interrupted = False
     try:
         yield spark
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (klog/cli/session.py)
+        interrupted = True
+        raise
     finally:
-        if not was_running:
+        if not was_running and interrupted:
+            # the user stopped the command: not a word from Spark stopping (the tasks it kills log errors),
+            # and an error while stopping does not replace the interrupt; the JVM ends with klog regardless
+            mute_jvm()
+            with contextlib.suppress(Exception):
+                stop_session(spark)
+        elif not was_running:
             stop_session(spark)

@@ -179,29 +179,39 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
         raise _refused(req, e) from None
 
 
-def wait(query, poll_seconds: float = 0.5) -> bool:  # noqa: ANN001 - StreamingQuery
-    """Block until the query ends; Ctrl-C stops it cleanly. Returns True if interrupted.
+def wait(query, poll_seconds: float = 0.5) -> int:  # noqa: ANN001 - StreamingQuery
+    """Block until the query ends; Ctrl-C or SIGTERM stops it cleanly. Returns the signal that stopped it, or 0.
 
     PySpark's own SIGINT handler cancels jobs through Py4J from inside the blocked Py4J call and
-    logs reentrancy tracebacks; while waiting, a handler that only sets a flag replaces it.
+    logs reentrancy tracebacks, and a SIGTERM raised there would interrupt that call; while waiting,
+    handlers that only set a flag replace them.
     """
     import signal
     import threading
 
     stop = threading.Event()
-    previous = None
+    stopped_by = []
+    previous = {}
+
+    def flag(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+        previous = {sig: signal.signal(sig, flag) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not query.awaitTermination(poll_seconds):  # bounded waits: the flag is seen within one
             if stop.is_set():
+                from klog.spark.session import mute_jvm
+
                 _between_batches(query)
+                mute_jvm()
                 query.stop()
-                return True
-        return False
+                return stopped_by[0]
+        return 0
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _between_batches(query, timeout_s: float = 10.0) -> None:  # noqa: ANN001 - StreamingQuery
