@@ -221,17 +221,26 @@ def send_transaction(store, opts: WriteOptions, batches: Iterable, batch_id: int
 
 def _test_crash_point(where: str, batch_id: int) -> None:
     """Fault injection for the kill tests: KLOG_SPARK_SINK_KILL=WHERE:BATCH SIGKILLs, there, the driver
-    (started as a session leader, as the test does: its session holds the driver and its JVM) and this
-    Python worker's own process group (Spark's worker daemon and its workers) at once."""
+    (the klog process, started as a session leader, as the test does), its JVM and this Python worker's
+    own process group (Spark's worker daemon and its workers) at once. The JVM leads a session of its
+    own when klog.spark.launch started it (the driver is then its parent), else it is in the driver's."""
     wanted = os.environ.get("KLOG_SPARK_SINK_KILL")
     if not wanted or wanted != f"{where}:{batch_id}":
         return
     import signal
 
+    def cmdline(pid: int) -> bytes:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+
     leader = os.getsid(0)
-    with open(f"/proc/{leader}/cmdline", "rb") as f:
-        if b"klog" in f.read():  # never a shell's session
-            os.killpg(leader, signal.SIGKILL)
+    with open(f"/proc/{leader}/stat", "rb") as f:
+        parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+    if b"\0-m\0klog\0" in cmdline(parent):  # the JVM's own session: the driver started it
+        os.kill(parent, signal.SIGKILL)
+        os.killpg(leader, signal.SIGKILL)
+    elif b"\0-m\0klog\0" in cmdline(leader):  # the driver's session, JVM in it (never a shell's)
+        os.killpg(leader, signal.SIGKILL)
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 

@@ -73,7 +73,7 @@ def _alive(klog: int, started) -> dict[int, str]:  # noqa: ANN001 - pids
 
 
 def _start(args: list[str], data_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir}
+    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0"}  # (no first-start line)
     return subprocess.Popen([sys.executable, "-m", "klog", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
 
