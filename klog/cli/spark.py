@@ -248,10 +248,12 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir = checkpoint or spark_stream.default_checkpoint(settings.data_dir, source, target)
         with _session(settings) as spark:
             query = spark_stream.start(spark, settings.data_dir, req)
-            if not available_now:
-                print(f"streaming {source} -> {target} (checkpoint {checkpoint_dir}); Ctrl-C stops",
-                      file=sys.stderr)
-            stopped_by = spark_stream.wait(query)
+            def ready() -> None:
+                if not available_now:
+                    print(f"streaming {source} -> {target} (checkpoint {checkpoint_dir}); Ctrl-C stops",
+                          file=sys.stderr, flush=True)
+
+            stopped_by = spark_stream.wait(query, ready=ready)
             summary = spark_stream.summarize(query, checkpoint_dir)
         print(f"streamed {summary.records:,} records in {summary.batches} batches from {source} to {target} "
               f"(checkpoint {summary.checkpoint})", file=sys.stderr)

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import runpy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from klog.errors import UsageError
@@ -179,8 +180,10 @@ def start(spark, data_dir: str, req: StreamRequest):  # noqa: ANN001, ANN201 - S
         raise _refused(req, e) from None
 
 
-def wait(query, poll_seconds: float = 0.5) -> int:  # noqa: ANN001 - StreamingQuery
-    """Block until the query ends; Ctrl-C or SIGTERM stops it cleanly. Returns the signal that stopped it, or 0.
+def wait(query, poll_seconds: float = 0.5, ready: Callable[[], None] | None = None) -> int:  # noqa: ANN001
+    """Block until the query (a StreamingQuery) ends; Ctrl-C or SIGTERM stops it cleanly. Returns the
+    signal that stopped it, or 0. `ready` runs once the handlers are in place (the CLI's "streaming
+    ..." line: a signal sent on seeing it is then always the clean stop, never klog's plain exit).
 
     PySpark's own SIGINT handler cancels jobs through Py4J from inside the blocked Py4J call and
     logs reentrancy tracebacks, and a SIGTERM raised there would interrupt that call; while waiting,
@@ -200,6 +203,8 @@ def wait(query, poll_seconds: float = 0.5) -> int:  # noqa: ANN001 - StreamingQu
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, flag) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if ready is not None:
+            ready()
         while not query.awaitTermination(poll_seconds):  # bounded waits: the flag is seen within one
             if stop.is_set():
                 from klog.spark.session import mute_jvm
