@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.serve_helpers import RawClient, batch, produce_request_fields
+from tests.server.test_serve_acks0_group import _closed
 
 pytest.importorskip("kio")
 
@@ -30,17 +31,6 @@ def _frame(correlation: int, topic: str, partition: int, records: bytes, acks: i
     entity_writer(cls)(buf, cls(**produce_request_fields(version, topic, partition, records, acks)))
     frame = buf.getvalue()
     return struct.pack(">i", len(frame)) + frame
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the server closed `sock` within 5 s (no bytes come: acks=0 gets no answer)."""
-    sock.settimeout(5)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 @pytest.mark.parametrize("partition,records", [(7, batch([b"x"])),  # a partition the topic has not

@@ -76,6 +76,17 @@ def _values(data_dir: str, topic: str, partitions: int) -> dict[int, list[bytes]
         return {p: [r.value for r in store.consumer(topic, partitions=[p])] for p in range(partitions)}
 
 
+def _values_once(data_dir: str, topic: str, want: dict[int, list[bytes]], seconds: float = 20) -> dict:
+    """The topic's values (as `_values`) once they are `want`, or as they are after `seconds` (acks=0: a
+    producer's flush returns once its requests are sent, not once they are appended)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = _values(data_dir, topic, len(want))
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
 def _append_jobs(server, monkeypatch) -> list:
     """The jobs handed to the append threads from now on (server.run_append's calls)."""
     jobs: list = []
@@ -205,13 +216,7 @@ def test_confluent_kafka_acks0_into_a_wide_topic_delivers_every_record(kafka_ser
             producer.poll(0)
     assert producer.flush(20) == 0
     want = {p: [b"%05d" % i for i in range(p, count, partitions)] for p in range(partitions)}
-    deadline = time.monotonic() + 20  # (acks=0: flush returns once sent, not once appended)
-    while True:
-        got = _values(kafka_server.data_dir, "wide", partitions)
-        if got == want or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert got == want
+    assert _values_once(kafka_server.data_dir, "wide", want) == want
 
 
 def test_a_request_to_a_topic_the_acls_refuse_stops_the_later_ones(kafka_server):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.serve_helpers import RawClient, batch, read_answer
-from tests.server.test_serve_acks0_group import _api_versions, _closed, _frame, _values
+from tests.server.test_serve_acks0_group import _api_versions, _closed, _frame, _values, _values_once
 
 pytest.importorskip("kio")
 
@@ -116,13 +116,7 @@ def test_kafka_python_acks0_into_a_wide_topic_delivers_every_record_in_order(kaf
     finally:
         producer.close(5)
     want = {p: [b"%05d" % i for i in range(p, count, partitions)] for p in range(partitions)}
-    deadline = time.monotonic() + 20  # (acks=0: flush returns once sent, not once appended)
-    while True:
-        got = _values(kafka_server.data_dir, "wide", partitions)
-        if got == want or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert got == want
+    assert _values_once(kafka_server.data_dir, "wide", want) == want
 
 
 @pytest.mark.slow
