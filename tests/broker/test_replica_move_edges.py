@@ -13,25 +13,14 @@ import pytest
 
 import klog
 from klog.store.log import PartitionLog
+from tests.broker.replica_moves import every_record_once, partition_t0, store_with_t
 
 RECORDS = 1000
 
 
-def _store(cli, data_dir: str, rf: int, disks: int = 2) -> dict[int, str]:
+def _store(cli, data_dir: str, rf: int, disks: int = 2) -> dict[int, str]:  # noqa: ANN001
     """Log directories 0..disks (paths by id), topic t (RF `rf`, small segments) holding RECORDS records."""
-    for i in range(disks):
-        assert cli("dirs", "add", os.path.join(data_dir, f"disk{i + 1}")).exit_code == 0
-    assert cli("topics", "create", "t", "-r", str(rf), "-c", "segment.bytes=8000").exit_code == 0
-    with klog.open(data_dir) as store:
-        with store.producer(batch_size=200) as producer:  # (~20 records a batch: ~50 batches, ~15 segments)
-            for i in range(RECORDS):
-                producer.send("t", b"%d" % i, partition=0)
-        return {d: store.data_dir.log_dir_path(d) for d in store.log_dir_ids()}
-
-
-def _meta(data_dir: str):
-    with klog.open(data_dir) as store:
-        return store.topics.get("t").partitions[0]
+    return store_with_t(cli, data_dir, rf, RECORDS, [f"disk{i + 1}" for i in range(disks)])
 
 
 def _full_after(monkeypatch, directory: str, batches: int) -> None:
@@ -56,20 +45,13 @@ def _folders(dirs: dict[int, str]) -> list[int]:
     return sorted(d for d, path in dirs.items() if os.path.isdir(os.path.join(path, "t-0")))
 
 
-def _every_record(data_dir: str, extra: list[bytes]) -> None:
-    with klog.open(data_dir) as store:
-        got = [(r.offset, r.value) for r in store.consumer("t")]
-        assert not [p for p in store.verify("t") if p["problems"]]
-    assert got == list(enumerate([b"%d" % i for i in range(RECORDS)] + extra))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("rf", [1, 2])
 def test_a_target_that_fills_up_while_copying_rolls_the_move_back(cli, data_dir, monkeypatch, rf):
     """The real copy (PartitionLog.append) fails with ENOSPC 10 batches in: one line, exit 1; the
     leader (the replica moved) keeps its place and epoch, the new folder is gone, writes go on."""
     dirs = _store(cli, data_dir, rf)
-    before = _meta(data_dir)
+    before = partition_t0(data_dir)
     source = before.leader
     target = next(d for d in dirs if d not in before.replicas)
     with pytest.MonkeyPatch.context() as full:
@@ -78,18 +60,18 @@ def test_a_target_that_fills_up_while_copying_rolls_the_move_back(cli, data_dir,
         assert r.exit_code == 1, r
         assert r.stderr.strip().splitlines() == [f"klog: error: the new replica of t-0 in log directory {target} "
                                                  "could not catch up (No space left on device); nothing was moved"]
-        after = _meta(data_dir)
+        after = partition_t0(data_dir)
         assert after == before  # replicas, ISR, leader, epoch, no move pending
         assert _folders(dirs) == sorted(before.replicas)
         r = cli("produce", "t", input=b"after\n")  # (the disk is still full: the move's replica is no more)
         assert r.exit_code == 0 and r.stderr == "", r
-    _every_record(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
     r = cli("topics", "reassign", "t", "--from", str(source), "--to", str(target))  # room again: it moves
     assert r.exit_code == 0, r
     # (its new replica catching up is the move, said once: no warning of a replica "rejoining" the ISR)
     assert r.stderr.splitlines() == [f"Moved 1 replicas of t from log directory {source} to {target}"], r.stderr
-    assert target in _meta(data_dir).replicas and source not in _meta(data_dir).replicas
-    _every_record(data_dir, [b"after"])
+    assert target in partition_t0(data_dir).replicas and source not in partition_t0(data_dir).replicas
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 @pytest.mark.slow
@@ -101,7 +83,7 @@ def test_a_move_cut_short_whose_target_is_full_is_rolled_back_by_the_next_write(
     monkeypatch.setenv("KLOG_CRASH_AT", "catch-up-copied:30")
     assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
     monkeypatch.delenv("KLOG_CRASH_AT")
-    assert _meta(data_dir).move == [0, 1]
+    assert partition_t0(data_dir).move == [0, 1]
     with pytest.MonkeyPatch.context() as full:
         _full_after(full, dirs[1], 0)
         r = cli("produce", "t", input=b"after\n")
@@ -109,10 +91,10 @@ def test_a_move_cut_short_whose_target_is_full_is_rolled_back_by_the_next_write(
         assert r.stderr.strip().splitlines() == [
             "klog: warning: t-0: rolled back the move of its replica from log directory 0 to 1 (cut short before): "
             "the new replica could not catch up (No space left on device)"], r.stderr
-        after = _meta(data_dir)
+        after = partition_t0(data_dir)
         assert (after.replicas, after.isr, after.leader, after.move) == ([0], [0], 0, None)
         assert _folders(dirs) == [0]
-    _every_record(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 def _pending(klog_proc, monkeypatch, data_dir: str, step: str) -> None:
@@ -122,7 +104,7 @@ def _pending(klog_proc, monkeypatch, data_dir: str, step: str) -> None:
     monkeypatch.setenv("KLOG_CRASH_AT", step)
     assert klog_proc("topics", "reassign", "t", "--from", "0", "--to", "1").returncode == -9
     monkeypatch.delenv("KLOG_CRASH_AT")
-    assert _meta(data_dir).move == [0, 1]
+    assert partition_t0(data_dir).move == [0, 1]
 
 
 @pytest.mark.slow
@@ -138,7 +120,7 @@ def test_dirs_remove_settles_a_pending_move_of_the_directory_first(cli, klog_pro
     gone = 0 if removed == "source" else 1
     r = cli("dirs", "remove", str(gone))
     assert r.exit_code == 0, r
-    after = _meta(data_dir)
+    after = partition_t0(data_dir)
     assert after.move is None and len(after.replicas) == 1 == len(after.isr), after
     assert gone not in after.replicas
     # settled first: finished (the new replica catches up, whether it had copied anything or not);
@@ -152,7 +134,7 @@ def test_dirs_remove_settles_a_pending_move_of_the_directory_first(cli, klog_pro
     del dirs[gone]
     assert _folders(dirs) == after.replicas
     assert cli("produce", "t", input=b"after\n").exit_code == 0
-    _every_record(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 @pytest.mark.slow
@@ -164,10 +146,10 @@ def test_dirs_remove_of_a_pending_moves_source_once_swapped(cli, klog_proc, monk
     assert _folders(dirs) == [0, 1]
     r = cli("dirs", "remove", "0")
     assert r.exit_code == 0 and "Removed log directory 0 (0 replicas moved)" in r.out, r
-    after = _meta(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.move) == ([1], None)
     assert _folders(dirs) == [1]
-    _every_record(data_dir, [])
+    every_record_once(data_dir, RECORDS, [])
 
 
 @pytest.mark.slow
@@ -182,12 +164,12 @@ def test_dirs_remove_of_a_lost_target_rolls_its_pending_move_back(cli, klog_proc
     r = cli("dirs", "remove", "1")
     assert r.exit_code == 0 and "Removed log directory 1 (0 replicas moved)" in r.out, r
     assert "rolled back the move of its replica from log directory 0 to 1" in r.stderr, r.stderr
-    after = _meta(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr, after.move) == ([0], [0], None)
     del dirs[1]
     assert _folders(dirs) == [0]
     assert cli("produce", "t", input=b"after\n").exit_code == 0
-    _every_record(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 @pytest.mark.slow
@@ -248,10 +230,10 @@ def test_dirs_remove_killed_mid_move_is_finished_by_running_it_again(cli, klog_p
     monkeypatch.setenv("KLOG_CRASH_AT", step)
     assert klog_proc("dirs", "remove", "0").returncode == -9
     monkeypatch.delenv("KLOG_CRASH_AT")
-    assert _meta(data_dir).move is not None
+    assert partition_t0(data_dir).move is not None
     r = cli("dirs", "remove", "0")
     assert r.exit_code == 0 and r.out.startswith("Removed log directory 0 ("), r
-    after = _meta(data_dir)
+    after = partition_t0(data_dir)
     assert after.move is None and len(after.replicas) == 1 and 0 not in after.replicas, after
     assert _folders(dirs) == after.replicas  # (none left in 0 either)
-    _every_record(data_dir, [])
+    every_record_once(data_dir, RECORDS, [])

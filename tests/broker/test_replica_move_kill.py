@@ -16,6 +16,7 @@ import pytest
 
 import klog
 from klog.broker import replication
+from tests.broker.replica_moves import every_record_once, partition_t0, store_with_t
 
 # each step a kill can cut a move at: mid catch-up (50 batches copied), the
 # move recorded, the new replica caught up, the metadata swapped, the old folder renamed for deletion
@@ -27,16 +28,9 @@ def _lines(lo: int, hi: int) -> bytes:
     return b"".join(b"%d\n" % i for i in range(lo, hi))
 
 
-def _store_with_moves(cli, data_dir: str, rf: int) -> dict[int, str]:
+def _store_with_moves(cli, data_dir: str, rf: int) -> dict[int, str]:  # noqa: ANN001
     """Log directories 0..2 (their paths by id), topic t (RF `rf`, small segments) with RECORDS records."""
-    for i in (2, 3):
-        assert cli("dirs", "add", os.path.join(data_dir, f"disk{i}")).exit_code == 0
-    assert cli("topics", "create", "t", "-r", str(rf), "-c", "segment.bytes=8000").exit_code == 0
-    with klog.open(data_dir) as store:
-        with store.producer(batch_size=200) as producer:  # (~20 records a batch: ~100 batches, ~30 segments)
-            for i in range(RECORDS):
-                producer.send("t", b"%d" % i, partition=0)
-        return {d: store.data_dir.log_dir_path(d) for d in store.log_dir_ids()}
+    return store_with_t(cli, data_dir, rf, RECORDS, ["disk2", "disk3"])
 
 
 def _killed_reassign(klog_proc, monkeypatch, step: str, source: int, target: int) -> None:
@@ -47,23 +41,10 @@ def _killed_reassign(klog_proc, monkeypatch, step: str, source: int, target: int
     assert r.returncode == -9, r
 
 
-def _partition(data_dir: str):
-    with klog.open(data_dir) as store:
-        return store.topics.get("t").partitions[0]
-
-
 def _leftovers(dirs: dict[int, str], keep: list[int]) -> list[str]:
     """t-0 folders outside the replicas `keep`, and folders of a deletion cut short, anywhere."""
     return ([p for d, path in dirs.items() if d not in keep for p in glob.glob(os.path.join(path, "t-0"))]
             + [p for path in dirs.values() for p in glob.glob(os.path.join(path, "klog-moved-*"))])
-
-
-def _every_record_once(data_dir: str, extra: list[bytes]) -> None:
-    with klog.open(data_dir) as store:
-        got = [(r.offset, r.value) for r in store.consumer("t")]
-        assert not [p for p in store.verify("t") if p["problems"]]
-    want = [b"%d" % i for i in range(RECORDS)] + extra
-    assert got == list(enumerate(want))
 
 
 @pytest.mark.slow
@@ -72,7 +53,7 @@ def _every_record_once(data_dir: str, extra: list[bytes]) -> None:
 def test_a_reassign_killed_at_each_step_is_finished_by_the_next_write(cli, klog_proc, data_dir, monkeypatch,
                                                                       step, rf):
     dirs = _store_with_moves(cli, data_dir, rf)
-    before = _partition(data_dir)
+    before = partition_t0(data_dir)
     source = before.leader  # (the leader moves: the hand-over is part of the move)
     target = next(d for d in dirs if d not in before.replicas)
     _killed_reassign(klog_proc, monkeypatch, step, source, target)
@@ -84,13 +65,13 @@ def test_a_reassign_killed_at_each_step_is_finished_by_the_next_write(cli, klog_
 
     r = cli("produce", "t", input=b"after\n")  # the partition's next write settles the move
     assert r.exit_code == 0, r
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert after.move is None and len(after.replicas) == rf == len(after.isr), after
     assert sorted(after.replicas) == sorted([target if d == source else d for d in before.replicas])
     assert after.leader != source and after.leader_epoch == before.leader_epoch + 1
     assert _leftovers(dirs, after.replicas) == []
     assert "pending" not in cli("topics", "describe", "t").out
-    _every_record_once(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 @pytest.mark.slow
@@ -100,24 +81,24 @@ def test_the_interrupted_reassign_run_again_finishes_it(cli, klog_proc, data_dir
     _killed_reassign(klog_proc, monkeypatch, "move-recorded", 0, 1)
     r = cli("topics", "reassign", "t", "--from", "0", "--to", "1", "-p", "0")
     assert r.exit_code == 0 and "Moved 1 replicas of t from log directory 0 to 1" in r.stderr, r
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr, after.move) == ([1], [1], None)
     assert _leftovers(dirs, [1]) == []
     # another move asked for while one is pending: the pending one is finished first, then this one made
     _killed_reassign(klog_proc, monkeypatch, "move-caught-up", 1, 2)
     r = cli("topics", "reassign", "t", "--from", "2", "--to", "0", "-p", "0")
     assert r.exit_code == 0, r
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr, after.move) == ([0], [0], None)
     assert _leftovers(dirs, [0]) == []
     # killed once swapped (the old folder not yet deleted): run again, without -p, it is finished too
     _killed_reassign(klog_proc, monkeypatch, "move-settled", 0, 1)
     r = cli("topics", "reassign", "t", "--from", "0", "--to", "1")
     assert r.exit_code == 0 and "Moved 1 replicas of t from log directory 0 to 1" in r.stderr, r
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr, after.move) == ([1], [1], None)
     assert _leftovers(dirs, [1]) == []
-    _every_record_once(data_dir, [])
+    every_record_once(data_dir, RECORDS, [])
 
 
 @pytest.mark.slow
@@ -128,10 +109,10 @@ def test_a_move_cut_short_whose_new_directory_is_gone_is_rolled_back(cli, klog_p
     r = cli("produce", "t", input=b"after\n")
     assert r.exit_code == 0, r
     assert "rolled back the move of its replica from log directory 0 to 1" in r.stderr, r.stderr
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr, after.leader, after.move) == ([0], [0], 0, None)
     assert "replication factor 1" in cli("topics", "describe", "t").out
-    _every_record_once(data_dir, [b"after"])
+    every_record_once(data_dir, RECORDS, [b"after"])
 
 
 def test_a_failed_catch_up_rolls_the_move_back(cli, data_dir, monkeypatch):
@@ -157,7 +138,7 @@ def test_a_failed_catch_up_rolls_the_move_back(cli, data_dir, monkeypatch):
     assert r.stderr.strip().splitlines() == ["klog: error: the new replica of t-0 in log directory 1 could not "
                                              "catch up (No space left on device); nothing was moved"], r.stderr
     monkeypatch.setattr(replication, "catch_up", real)
-    after = _partition(data_dir)
+    after = partition_t0(data_dir)
     assert (after.replicas, after.isr) == ([0], [0]) and after.move is None  # (was [0, 1]: both, for good)
     assert _leftovers(dirs, [0]) == []
     r = cli("topics", "describe", "t")
