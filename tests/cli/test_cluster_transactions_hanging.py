@@ -10,38 +10,23 @@ coordinator (as after transactional.id.expiration.ms); confluent-kafka's read_co
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 
 import pytest
 
 import klog
 from klog.meta.transactions import TransactionsMeta
 from tests.cli.test_cli import assert_one_line_error
+from tests.server.open_transactions import open_transaction
 from tests.server.test_serve_transactions import _read_all
 
-ck = pytest.importorskip("confluent_kafka")
-QUIET = {"log_level": 0}
+pytest.importorskip("confluent_kafka")
 
 
 @pytest.mark.slow  # a transactional producer, CLI calls through -b, two read_committed reads: ~3 s
 def test_find_hanging_and_abort_by_offset_through_a_cluster(kafka_server, cli, data_dir):
-    with klog.open(data_dir) as s:
-        s.create_topic("h", 2)
     b = kafka_server.bootstrap
-    old = int(time.time() * 1000) - 20 * 60_000  # past the tool's 15 minutes
-    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "stuck", "transaction.timeout.ms": 60_000,
-                            **QUIET})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    producer.produce("h", b"hanging-0", partition=0, timestamp=old)
-    producer.produce("h", b"young-1", partition=1)
-    producer.flush(10)
-    plain = ck.Producer({"bootstrap.servers": b, **QUIET})
-    plain.produce("h", b"after", partition=0)
-    plain.flush(10)
-    try:
+    with open_transaction(b, data_dir, b"young-1", **{"transaction.timeout.ms": 60_000}) as old:
         # still Ongoing at its coordinator: not hanging, and not aborted by offset
         r = cli("transactions", "find-hanging", "-b", b, "--json", "--max-transaction-timeout", "0")
         assert (r.exit_code, r.out) == (0, ""), r
@@ -70,10 +55,6 @@ def test_find_hanging_and_abort_by_offset_through_a_cluster(kafka_server, cli, d
         assert _read_all(b, "h", 2, "read_committed", expect=1) == [b"after"]
         r = cli("transactions", "find-hanging", "-b", b, "--json", "--max-transaction-timeout", "0")
         assert [json.loads(line)["partition"] for line in r.out.splitlines()] == [1]
-    finally:
-        producer.purge()
-        del producer, plain
-        gc.collect()  # librdkafka clients gone before the server: none reconnects and logs into later tests
 
 
 def test_find_hanging_asks_describe_producers_500_partitions_at_a_time(monkeypatch):

@@ -11,18 +11,15 @@ read_committed reader.
 
 from __future__ import annotations
 
-import gc
-import time
-
 import pytest
 
 import klog
 from klog.meta.transactions import TransactionsMeta
+from tests.server.open_transactions import open_transaction
 from tests.server.test_serve_transactions import _read_all
 
-ck = pytest.importorskip("confluent_kafka")
+pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
-QUIET = {"log_level": 0}
 
 
 def _active(admin, tp) -> list:  # noqa: ANN001 - kafka-python's admin and TopicPartition
@@ -40,40 +37,26 @@ def test_kafka_python_admin_walks_the_tools_find_hanging_and_abort(kafka_server,
     from kafka import TopicPartition
     from kafka.admin import AbortTransactionSpec, KafkaAdminClient
 
-    with klog.open(data_dir) as s:
-        s.create_topic("h", 2)
     b = kafka_server.bootstrap
-    old = int(time.time() * 1000) - 20 * 60_000
-    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "stuck", **QUIET})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    producer.produce("h", b"hanging-0", partition=0, timestamp=old)
-    producer.produce("h", b"open-1", partition=1)
-    producer.flush(10)
-    plain = ck.Producer({"bootstrap.servers": b, **QUIET})
-    plain.produce("h", b"after", partition=0)
-    plain.flush(10)
-    admin = KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=15_000)
-    tp0 = TopicPartition("h", 0)
-    try:
-        [state] = [p for p in _active(admin, tp0) if p.current_transaction_start_offset >= 0]
-        assert (state.current_transaction_start_offset, state.last_timestamp, state.producer_epoch) == (0, old, 0)
-        pid = state.producer_id
-        # the tool's filter: the coordinator still names h-0 in the id's transaction: not hanging
-        assert _listed(admin, pid) == ["stuck"]
-        described = admin.describe_transactions(["stuck"])["stuck"]
-        assert str(getattr(described.state, "value", described.state)) == "Ongoing"
-        assert {(tp.topic, tp.partition) for tp in described.topic_partitions} == {("h", 0), ("h", 1)}
-        with klog.open(data_dir) as s:
-            TransactionsMeta(s.meta).apply("stuck", lambda meta, txn: None)  # the id forgotten: now hanging
-        assert _listed(admin, pid) == []
-        assert _read_all(b, "h", 2, "read_committed", limit_s=3) == []
-        admin.abort_transaction(AbortTransactionSpec(tp0, pid, state.producer_epoch,
-                                                     max(0, state.coordinator_epoch)))
-        assert [p.current_transaction_start_offset for p in _active(admin, tp0) if p.producer_id == pid] == [-1]
-        assert _read_all(b, "h", 2, "read_committed", expect=1) == [b"after"]
-    finally:
-        admin.close()
-        producer.purge()
-        del producer, plain
-        gc.collect()
+    with open_transaction(b, data_dir, b"open-1") as old:
+        admin = KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=15_000)
+        tp0 = TopicPartition("h", 0)
+        try:
+            [state] = [p for p in _active(admin, tp0) if p.current_transaction_start_offset >= 0]
+            assert (state.current_transaction_start_offset, state.last_timestamp, state.producer_epoch) == (0, old, 0)
+            pid = state.producer_id
+            # the tool's filter: the coordinator still names h-0 in the id's transaction: not hanging
+            assert _listed(admin, pid) == ["stuck"]
+            described = admin.describe_transactions(["stuck"])["stuck"]
+            assert str(getattr(described.state, "value", described.state)) == "Ongoing"
+            assert {(tp.topic, tp.partition) for tp in described.topic_partitions} == {("h", 0), ("h", 1)}
+            with klog.open(data_dir) as s:
+                TransactionsMeta(s.meta).apply("stuck", lambda meta, txn: None)  # the id forgotten: now hanging
+            assert _listed(admin, pid) == []
+            assert _read_all(b, "h", 2, "read_committed", limit_s=3) == []
+            admin.abort_transaction(AbortTransactionSpec(tp0, pid, state.producer_epoch,
+                                                         max(0, state.coordinator_epoch)))
+            assert [p.current_transaction_start_offset for p in _active(admin, tp0) if p.producer_id == pid] == [-1]
+            assert _read_all(b, "h", 2, "read_committed", expect=1) == [b"after"]
+        finally:
+            admin.close()
