@@ -22,6 +22,7 @@ import pytest
 from test_cli import assert_one_line_error
 
 import klog
+from tests.cli.copy_sources import fill_t, t_recreated_after, transactions
 from tests.conftest import REPO
 
 ck = pytest.importorskip("confluent_kafka")
@@ -225,24 +226,11 @@ def test_a_named_clusters_isolation_level_is_the_one_the_mirror_checks(cli, data
 
 
 # -- a source topic deleted and recreated -----------------------------------------------------------
-def _fill(path: str, values: list[bytes]) -> None:
-    with klog.open(path) as store:
-        if not store.has_topic("t"):
-            store.create_topic("t", 1)
-        with store.producer() as producer:
-            for v in values:
-                producer.send("t", v)
-
-
 def test_a_rerun_after_the_source_topic_was_recreated_copies_the_new_topic(cli, tmp_path):
     """The checkpoint (offset 5) is past the new topic's end (3): the rerun skipped its records for
     good, silently. It now copies the new topic from its start, saying why."""
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
-    _fill(src, [b"old%d" % i for i in range(5)])
-    assert cli("mirror", src, dest, "t").exit_code == 0
-    with klog.open(src) as store:
-        store.delete_topic("t")
-    _fill(src, [b"new%d" % i for i in range(3)])
+    t_recreated_after(src, lambda: cli("mirror", src, dest, "t"))
     r = cli("mirror", src, dest, "t")
     assert r.exit_code == 0, r.stderr
     assert "t-0: the mirror's checkpoint (offset 5) is past the source's end (3): the topic was recreated" in r.stderr
@@ -307,7 +295,7 @@ def test_the_checkpoint_lands_past_an_aborted_transaction_at_the_end(cli, tmp_pa
     """It stopped after the last copied record (offset 3), so every rerun read the aborted
     transaction again (here 5 records; any size in a real log) to find nothing in it."""
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
-    _fill(src, [b"a", b"b", b"c"])
+    fill_t(src, [b"a", b"b", b"c"])
     with klog.open(src) as store, store.producer(transactional_id="tx") as producer:
         producer.begin()
         producer.send_keyed("t", [(None, b"aborted%d" % i) for i in range(5)])
@@ -411,15 +399,7 @@ def test_read_uncommitted_from_a_cluster_copies_aborted_and_open_records(kafka_s
     """librdkafka's own default is read_committed: klog asks its reader for what the flag says."""
     b, dest = kafka_server.bootstrap, str(tmp_path / "dest")
     _create(b, "t", 1)
-    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "tx"})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    producer.produce("t", b"aborted")
-    producer.flush(10)
-    producer.abort_transaction(10)
-    producer.begin_transaction()
-    producer.produce("t", b"open")
-    producer.flush(10)
+    producer = transactions(b, "t", (b"aborted", "abort"), (b"open", "open"))
     for level, want in (("read_uncommitted", [b"aborted", b"open"]), ("read_committed", [])):
         proc = _mirror(b, dest + level, "t", "--isolation-level", level)
         err = proc.communicate(timeout=60)[1].decode()

@@ -10,17 +10,9 @@ import pytest
 from test_cli import assert_one_line_error
 
 import klog
+from tests.cli.copy_sources import t_recreated_after, transactions
 
 ck = pytest.importorskip("confluent_kafka")
-
-
-def _fill(path: str, values: list[bytes]) -> None:
-    with klog.open(path) as store:
-        if not store.has_topic("t"):
-            store.create_topic("t", 1)
-        with store.producer() as producer:
-            for v in values:
-                producer.send("t", v)
 
 
 @pytest.mark.slow
@@ -28,11 +20,7 @@ def test_a_group_resumed_after_its_source_topic_was_recreated_replays_the_new_to
     """The group's progress (offset 5) is past the new topic's end (3): the rerun skipped the new
     records for good, and said 'Replayed 0 records'. It now replays them, saying why."""
     src = str(tmp_path / "src")
-    _fill(src, [b"old%d" % i for i in range(5)])
-    assert cli("replay", "t", "--to", "u", "--group", "g", "-d", src).exit_code == 0
-    with klog.open(src) as store:
-        store.delete_topic("t")
-    _fill(src, [b"new%d" % i for i in range(3)])
+    t_recreated_after(src, lambda: cli("replay", "t", "--to", "u", "--group", "g", "-d", src))
     r = cli("replay", "t", "--to", "u", "--group", "g", "-d", src)
     assert r.exit_code == 0, r.stderr
     assert r.stderr.splitlines() == [
@@ -54,18 +42,7 @@ def test_replay_from_a_cluster_reads_committed_records_and_resumes_into_a_transa
     plain = ck.Producer({"bootstrap.servers": b})
     plain.produce("t", b"before")
     plain.flush(10)
-    producer = ck.Producer({"bootstrap.servers": b, "transactional.id": "tx"})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    producer.produce("t", b"aborted")
-    producer.flush(10)
-    producer.abort_transaction(10)
-    producer.begin_transaction()
-    producer.produce("t", b"committed")
-    producer.commit_transaction(10)
-    producer.begin_transaction()
-    producer.produce("t", b"open")
-    producer.flush(10)
+    producer = transactions(b, "t", (b"aborted", "abort"), (b"committed", "commit"), (b"open", "open"))
 
     def values(r) -> list[str]:  # noqa: ANN001
         assert r.exit_code == 0, r.stderr
