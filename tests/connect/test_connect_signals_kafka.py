@@ -10,9 +10,16 @@ import pytest
 
 import klog
 from klog.connect import signals
-from klog.connect.connectors.postgres import PostgresTask
 from klog.connect.errors import ConfigError
 from tests.connect.helpers import records, running, wait_for
+from tests.connect.signal_snapshots import (
+    cut_signalled_snapshot,
+    in_first_window,
+    incremental_snapshot_ended,
+    lost_connection,
+    paused_in_first_window,
+    paused_with_a_cut_armed,
+)
 from tests.connect.test_connect_signals import _config, _ops, _setup, _signal, _slot_made
 
 TOPIC = "shop-signal"
@@ -34,6 +41,9 @@ def _send(data_dir: str, *signals_: tuple[str | None, dict | str]) -> None:
                 p.send(TOPIC, text.encode(), key=None if key is None else key.encode())
 
 
+BLOCKING = ("shop", {"type": "execute-snapshot", "data": {"data-collections": ["public.extra"], "type": "blocking"}})
+
+
 def _committed(data_dir: str) -> int | None:
     """The signal consumer group's committed offset of the signal topic (None: none)."""
     with klog.open(data_dir) as store:
@@ -41,6 +51,14 @@ def _committed(data_dir: str) -> int | None:
             return None
         rows = [p for p in store.describe_group("shop-signals").partitions if p.topic == TOPIC]
         return rows[0].committed if rows else None
+
+
+def _blocking_snapshot_taken(data_dir: str, records: int, what: str = "the blocking snapshot") -> None:
+    """A kafka signal (BLOCKING) asks for a blocking snapshot of public.extra: wait for `records` records of
+    its topic, then for the signal's offset committed."""
+    _send(data_dir, BLOCKING)
+    wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == records, what=what)
+    wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
 
 
 def test_kafka_signal_records_are_read_as_debezium_reads_them(data_dir):
@@ -110,27 +128,12 @@ def test_a_kafka_signals_blocking_snapshot_cut_short_is_taken_again(pg_db, data_
     """The worker stopped in the middle of a blocking snapshot a kafka signal asked for: the signal's offset
     is not committed, so the next start reads it again and takes the snapshot again."""
     _setup(pg_db)
-    original, calls = PostgresTask._signalled_snapshot, []
-
-    def first_row_only(self, plan, resume, done):  # noqa: ANN001, ANN202
-        calls.append(True)
-        rows = original(self, plan, resume, done)
-        if len(calls) > 1:
-            yield from rows
-            return
-        try:
-            yield next(rows)
-        finally:
-            rows.close()
-        raise RuntimeError("the worker is killed")  # (the task fails after the first row)
-
     config = _kafka_config(pg_db, data_dir, **{"max.batch.size": "1"})
     with monkeypatch.context() as m:
-        m.setattr(PostgresTask, "_signalled_snapshot", first_row_only)
+        cut_signalled_snapshot(m, RuntimeError("the worker is killed"))  # (the task fails after the first row)
         with running(data_dir, config):
             _slot_made(pg_db)
-            _send(data_dir, ("shop", {"type": "execute-snapshot",
-                                      "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+            _send(data_dir, BLOCKING)
             wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 1, what="the snapshot's first row")
         assert _committed(data_dir) is None
         with running(data_dir, config):
@@ -146,18 +149,10 @@ def test_pause_and_resume_an_incremental_snapshot_the_pause_outlasting_a_restart
     it paused; resume-snapshot (here through the kafka channel) reads the next chunks."""
     _setup(pg_db)
     pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
-    original, done = PostgresTask._watermark, []
-
-    def pause_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
-        if kind == "snapshot-window-close" and not done:
-            done.append(True)
-            _signal(pg_db, "p1", {}, kind="pause-snapshot")
-        original(self, chunk_id, kind)
-
     warnings: list[str] = []
     config = _kafka_config(pg_db, data_dir, **{"incremental.snapshot.chunk.size": "2"})
     with monkeypatch.context() as m:
-        m.setattr(PostgresTask, "_watermark", pause_in_window)
+        paused_in_first_window(m, pg_db)
         with running(data_dir, config, warnings=warnings):
             _slot_made(pg_db)
             _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
@@ -185,23 +180,16 @@ def test_changes_skipped_operations_hides_in_a_window_leave_the_chunks_rows(pg_d
     change under skipped.operations=d is its create alone (no delete, no tombstone)."""
     _setup(pg_db)
     pg_db.execute("INSERT INTO extra VALUES (4, 'd')")
-    original, done = PostgresTask._watermark, []
 
-    def change_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
-        if kind == "snapshot-window-close" and not done:
-            done.append(True)  # after the chunk's SELECT (rows 1 and 2 read), before its close watermark
-            pg_db.execute("UPDATE extra SET name = 'A' WHERE id = 1")
-            pg_db.execute("DELETE FROM extra WHERE id = 2")
-        original(self, chunk_id, kind)
+    def change_in_window() -> None:  # after the chunk's SELECT (rows 1 and 2 read), before its close watermark
+        pg_db.execute("UPDATE extra SET name = 'A' WHERE id = 1")
+        pg_db.execute("DELETE FROM extra WHERE id = 2")
 
-    monkeypatch.setattr(PostgresTask, "_watermark", change_in_window)
+    in_first_window(monkeypatch, change_in_window)
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never", "skipped.operations": "u,d",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    with incremental_snapshot_ended(pg_db, data_dir, config, warnings):
         pg_db.execute("UPDATE items SET id = 30 WHERE id = 2")
         wait_for(lambda: len(records(data_dir, "shop.public.items")) >= 1, what="the key change")
         pg_db.execute("INSERT INTO items VALUES (5, 'five')")
@@ -217,8 +205,7 @@ def test_kafka_channel_through_a_klog_serve_address(pg_db, data_dir, kafka_serve
     """signal.kafka.bootstrap.servers a cluster's address (here klog serve's): read through the cluster
     client, its group's offsets committed there."""
     _setup(pg_db)
-    _send(data_dir, ("shop", {"type": "execute-snapshot",
-                              "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
+    _send(data_dir, BLOCKING)
     config = _kafka_config(pg_db, data_dir, **{"signal.kafka.bootstrap.servers": kafka_server.bootstrap})
     with running(data_dir, config):
         _slot_made(pg_db)
@@ -231,31 +218,13 @@ def test_kafka_channel_through_a_klog_serve_address(pg_db, data_dir, kafka_serve
 def test_a_kafka_signals_blocking_snapshot_cut_by_a_lost_connection_is_taken_again(pg_db, data_dir, monkeypatch):
     """The connection lost in the middle of a kafka signal's blocking snapshot: reconnected, the connector
     takes the snapshot again (the signal kept, its offset committed after the snapshot)."""
-    import psycopg2
-
     _setup(pg_db)
-    original, cut = PostgresTask._signalled_snapshot, []
-
-    def cut_once(self, plan, resume, done):  # noqa: ANN001, ANN202
-        rows = original(self, plan, resume, done)
-        if not cut:
-            cut.append(True)
-            try:
-                yield next(rows)
-            finally:
-                rows.close()
-            raise psycopg2.OperationalError("server closed the connection unexpectedly")
-        yield from rows
-
-    monkeypatch.setattr(PostgresTask, "_signalled_snapshot", cut_once)
+    cut_signalled_snapshot(monkeypatch, lost_connection())
     warnings: list[str] = []
     config = _kafka_config(pg_db, data_dir, **{"max.batch.size": "1"})
     with running(data_dir, config, warnings=warnings):
         _slot_made(pg_db)
-        _send(data_dir, ("shop", {"type": "execute-snapshot",
-                                  "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
-        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 4, what="the snapshot taken again")
-        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+        _blocking_snapshot_taken(data_dir, 4, what="the snapshot taken again")
     assert sum("connected to PostgreSQL again" in w for w in warnings) == 1
     assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (1, "r", "first"), (2, "r", "true"),
                                                    (3, "r", "last")]
@@ -303,34 +272,11 @@ def test_a_member_of_the_signal_group_holding_the_partition_does_not_keep_the_si
 def test_a_kafka_resume_cut_by_a_lost_connection_is_acted_on_once_reconnected(pg_db, data_dir, monkeypatch):
     """The connection lost while a kafka resume-snapshot reads the next chunk: reconnected, the connector
     acts on the signal again (it is not lost with the connection) and the snapshot ends."""
-    import psycopg2
-
     _setup(pg_db)
-    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
-    watermark, next_chunk, done, cut = PostgresTask._watermark, PostgresTask._next_chunk, [], []
-
-    def pause_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
-        if kind == "snapshot-window-close" and not done:
-            done.append(True)
-            _signal(pg_db, "p1", {}, kind="pause-snapshot")
-        watermark(self, chunk_id, kind)
-
-    def cut_once(self):  # noqa: ANN001, ANN202
-        if cut == ["armed"] and not (self.incremental or {}).get("paused"):
-            cut.append("cut")
-            raise psycopg2.OperationalError("server closed the connection unexpectedly")
-        next_chunk(self)
-
-    monkeypatch.setattr(PostgresTask, "_watermark", pause_in_window)
-    monkeypatch.setattr(PostgresTask, "_next_chunk", cut_once)
     warnings: list[str] = []
     config = _kafka_config(pg_db, data_dir, **{"incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot 'i1' paused" in w for w in warnings), what="the pause")
-        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
-        cut.append("armed")
+    with paused_with_a_cut_armed(monkeypatch, pg_db, data_dir, config, warnings,
+                                 lambda task: not (task.incremental or {}).get("paused")) as cut:
         _send(data_dir, ("shop", {"type": "resume-snapshot"}))
         wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
     assert cut == ["armed", "cut"]

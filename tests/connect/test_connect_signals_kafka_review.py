@@ -84,39 +84,15 @@ def test_the_signals_before_one_cut_by_a_lost_connection_are_acted_on_again_too(
     """One read of the kafka channel: a stop-snapshot, then an execute-snapshot whose first chunk loses the
     connection. Reconnected, the connector goes on from the offsets before that read: both signals are acted
     on again (the stop is not lost: the paused snapshot stays stopped, the new one runs)."""
-    import psycopg2
-
-    from klog.connect.connectors.postgres import PostgresTask
-    from tests.connect.helpers import running
-    from tests.connect.test_connect_signals import _ops, _setup, _signal, _slot_made
+    from tests.connect.signal_snapshots import paused_with_a_cut_armed
+    from tests.connect.test_connect_signals import _ops, _setup
     from tests.connect.test_connect_signals_kafka import _kafka_config
 
     _setup(pg_db)
-    pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
-    watermark, next_chunk, done, cut = PostgresTask._watermark, PostgresTask._next_chunk, [], []
-
-    def pause_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
-        if kind == "snapshot-window-close" and not done:
-            done.append(True)
-            _signal(pg_db, "p1", {}, kind="pause-snapshot")
-        watermark(self, chunk_id, kind)
-
-    def cut_once(self):  # noqa: ANN001, ANN202
-        if cut == ["armed"] and (self.incremental or {}).get("id") == "k2":
-            cut.append("cut")
-            raise psycopg2.OperationalError("server closed the connection unexpectedly")
-        next_chunk(self)
-
-    monkeypatch.setattr(PostgresTask, "_watermark", pause_in_window)
-    monkeypatch.setattr(PostgresTask, "_next_chunk", cut_once)
     warnings: list[str] = []
     config = _kafka_config(pg_db, data_dir, **{"incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot 'i1' paused" in w for w in warnings), what="the pause")
-        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
-        cut.append("armed")
+    with paused_with_a_cut_armed(monkeypatch, pg_db, data_dir, config, warnings,
+                                 lambda task: (task.incremental or {}).get("id") == "k2") as cut:
         _send(data_dir, ("shop", {"id": "s1", "type": "stop-snapshot", "data": {}}),
               ("shop", {"id": "k2", "type": "execute-snapshot",
                         "data": {"data-collections": ["public.items"], "type": "incremental"}}))
@@ -248,7 +224,7 @@ def test_a_blocking_snapshot_longer_than_max_poll_interval_is_taken_once(pg_db, 
     from klog.connect.connectors.postgres import PostgresTask
     from tests.connect.helpers import running
     from tests.connect.test_connect_signals import _ops, _setup, _slot_made
-    from tests.connect.test_connect_signals_kafka import _kafka_config
+    from tests.connect.test_connect_signals_kafka import _blocking_snapshot_taken, _kafka_config
 
     _setup(pg_db)
     original = PostgresTask._signalled_snapshot
@@ -265,10 +241,7 @@ def test_a_blocking_snapshot_longer_than_max_poll_interval_is_taken_once(pg_db, 
                                                "signal.consumer.heartbeat.interval.ms": "20"})
     with running(data_dir, config, warnings=warnings):
         _slot_made(pg_db)
-        _send(data_dir, ("shop", {"type": "execute-snapshot",
-                                  "data": {"data-collections": ["public.extra"], "type": "blocking"}}))
-        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the blocking snapshot")
-        wait_for(lambda: _committed(data_dir) == 1, what="the signal's offset committed")
+        _blocking_snapshot_taken(data_dir, 3)
         pg_db.execute("INSERT INTO extra VALUES (4, 'd')")
         wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 4, what="streaming after it")
     assert _ops(data_dir, "shop.public.extra") == [(1, "r", "first"), (2, "r", "true"), (3, "r", "last"),

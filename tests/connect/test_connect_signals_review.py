@@ -9,6 +9,7 @@ import pytest
 
 from klog.connect.connectors.postgres import PostgresTask
 from tests.connect.helpers import records, running, wait_for
+from tests.connect.signal_snapshots import in_first_window, run_incremental_snapshot
 from tests.connect.test_connect_signals import _compacted, _config, _ops, _setup, _signal, _slot_made
 
 
@@ -92,10 +93,7 @@ def test_a_key_of_nullable_columns_has_every_row_read(pg_db, data_dir):
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.n", **{"snapshot.mode": "never", "message.key.columns": "public.n:a,b",
                                                         "incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.n"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    run_incremental_snapshot(pg_db, data_dir, config, warnings, table="public.n")
     got = [json.loads(r.value)["payload"]["after"]["v"] for r in records(data_dir, "shop.public.n")]
     assert got == ["one", "five", "three", "four", "seven", "two", "six"]
 
@@ -106,21 +104,14 @@ def test_a_table_truncated_in_a_window_has_none_of_the_chunks_rows_sent_after_it
     the truncate (skipped by default, as Debezium's skipped.operations=t), rows the table no longer has."""
     _setup(pg_db)
     pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
-    original, done = PostgresTask._watermark, []
 
-    def truncate_in_window(self, chunk_id, kind):  # noqa: ANN001, ANN202
-        if kind == "snapshot-window-close" and not done:
-            done.append(True)  # after the chunk's SELECT (committed), before its close watermark
-            pg_db.execute("TRUNCATE extra")
-            pg_db.execute("INSERT INTO extra VALUES (9, 'i')")
-        original(self, chunk_id, kind)
+    def truncate_in_window() -> None:  # after the chunk's SELECT (committed), before its close watermark
+        pg_db.execute("TRUNCATE extra")
+        pg_db.execute("INSERT INTO extra VALUES (9, 'i')")
 
-    monkeypatch.setattr(PostgresTask, "_watermark", truncate_in_window)
+    in_first_window(monkeypatch, truncate_in_window)
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    run_incremental_snapshot(pg_db, data_dir, config, warnings)
     assert _ops(data_dir, "shop.public.extra") == [(9, "c", "false")]
