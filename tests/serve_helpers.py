@@ -25,6 +25,7 @@ from klog.store.format import (
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
     RECORDS_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
 )
 
 
@@ -34,6 +35,15 @@ def batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, sequence:
     ts = int(time.time() * 1000) if timestamp is None else timestamp
     data = bytearray(codec.encode_batch([(None, v, [], ts) for v in values], 0))
     struct.pack_into(">qhi", data, PRODUCER_ID_OFFSET, producer_id, epoch, sequence)
+    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
+    return bytes(data)
+
+
+def txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
+    """`batch` with its transactional flag set (CRC recomputed)."""
+    data = bytearray(batch(values, producer_id=pid, epoch=epoch, sequence=seq))
+    (attrs,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_FLAG_MASK)
     struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
     return bytes(data)
 

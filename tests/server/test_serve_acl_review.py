@@ -23,7 +23,7 @@ from klog.protocol.kafka import E
 from klog.protocol.schemas import payload_module
 from klog.security.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from klog.server import Server
-from tests.serve_helpers import RawClient
+from tests.serve_helpers import RawClient, txn_batch
 
 T, G, C, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 ANON = "User:ANONYMOUS"
@@ -282,20 +282,6 @@ def test_describe_configs_of_a_group_checks_the_group(server):
 
 # -- transactions.py and produce.py (not this review's to change): the lead applies the patches in
 #    /work/wt/aclreview-findings.md --------------------------------------------------------------------
-def _txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
-    import struct
-
-    from klog.store import codec
-    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_FLAG_MASK
-    from tests.serve_helpers import batch
-
-    data = bytearray(batch(values, producer_id=pid, epoch=epoch, sequence=seq))
-    (attrs,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
-    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_FLAG_MASK)
-    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
-    return bytes(data)
-
-
 def test_write_txn_markers_takes_alter_on_the_cluster_as_kafka(server):
     """KafkaApis.handleWriteTxnMarkersRequest: Alter on the cluster, else ClusterAction."""
     mod = payload_module(27, 1, EntityType.request)
@@ -318,7 +304,7 @@ def test_transactional_records_without_a_transactional_id_are_refused_as_kafka(s
 
     grant(server, allow(T, "secret", Operation.WRITE))
     with RawClient(server.port) as c:
-        r = c.send(0, 9, **produce_request_fields(9, "secret", 0, _txn_batch([b"x"], 7, 0, 0)))
+        r = c.send(0, 9, **produce_request_fields(9, "secret", 0, txn_batch([b"x"], 7, 0, 0)))
     assert r.responses[0].partition_responses[0].error_code == E.transactional_id_authorization_failed
     assert server.store.partition("secret", 0).high_watermark() == 0
 
@@ -381,7 +367,7 @@ def test_a_principal_cannot_touch_a_transaction_of_an_id_it_may_not_write(server
         error, pid, epoch = _init_txn(c, "a")
         assert error == E.none
         assert _add_partition(c, "a", pid, epoch) == E.none
-        assert _txn_produce(c, "a", _txn_batch([b"alice"], pid, epoch, 0)) == E.none
+        assert _txn_produce(c, "a", txn_batch([b"alice"], pid, epoch, 0)) == E.none
     part = server.store.partition("secret", 0)
     assert (part.high_watermark(), last_stable_offset(part)) == (1, 0)
 
@@ -391,16 +377,16 @@ def test_a_principal_cannot_touch_a_transaction_of_an_id_it_may_not_write(server
         assert _end_txn(c, "a", pid, epoch, False) == E.transactional_id_authorization_failed
         assert _add_partition(c, "a", pid, epoch) == E.transactional_id_authorization_failed
         assert _txn_offset_commit(c, "a", pid, epoch) == E.transactional_id_authorization_failed
-        assert _txn_produce(c, "a", _txn_batch([b"mallory"], pid, epoch, 1)) == \
+        assert _txn_produce(c, "a", txn_batch([b"mallory"], pid, epoch, 1)) == \
             E.transactional_id_authorization_failed
         assert _init_txn(c, "m")[0] == E.none
         # her own id with alice's producer: the coordinator's mapping refuses it
         assert _end_txn(c, "m", pid, epoch, False) == E.invalid_producer_id_mapping
         assert _add_partition(c, "m", pid, epoch) == E.invalid_producer_id_mapping
         assert _txn_offset_commit(c, "m", pid, epoch) == E.invalid_producer_id_mapping
-        assert _txn_produce(c, "m", _txn_batch([b"mallory"], pid, epoch, 1)) != E.none
+        assert _txn_produce(c, "m", txn_batch([b"mallory"], pid, epoch, 1)) != E.none
         # no id: neither a transactional batch nor a plain one under alice's producer id
-        assert _txn_produce(c, None, _txn_batch([b"mallory"], pid, epoch, 1)) != E.none
+        assert _txn_produce(c, None, txn_batch([b"mallory"], pid, epoch, 1)) != E.none
         from tests.serve_helpers import batch
 
         assert _txn_produce(c, None, batch([b"mallory"], producer_id=pid, epoch=epoch, sequence=1)) != E.none

@@ -22,7 +22,8 @@ from kio.static.primitive import i32Timedelta
 import klog
 from klog.protocol.kafka import E
 from tests.segment_files import poll_to_end
-from tests.serve_helpers import RawClient, batch, produce_request_fields
+from tests.serve_helpers import RawClient, produce_request_fields
+from tests.serve_helpers import txn_batch as _txn_batch  # (other serve tests import it from here)
 
 ck = pytest.importorskip("confluent_kafka")
 
@@ -277,19 +278,6 @@ def _add(client: RawClient, tid: str, pid: int, epoch: int, topic: str, parts: t
 def _end(client: RawClient, tid: str, pid: int, epoch: int, commit: bool, version: int = 3) -> E:
     return client.send(26, version, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
                        committed=commit).error_code
-
-
-def _txn_batch(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
-    import struct
-
-    from klog.store import codec
-    from klog.store.format import ATTRIBUTES_OFFSET, CRC_OFFSET, TRANSACTIONAL_FLAG_MASK
-
-    data = bytearray(batch(values, producer_id=pid, epoch=epoch, sequence=seq))
-    (attrs,) = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)
-    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_FLAG_MASK)
-    struct.pack_into(">I", data, CRC_OFFSET, codec.crc32c(memoryview(data)[ATTRIBUTES_OFFSET:]))
-    return bytes(data)
 
 
 def _produce_txn(client: RawClient, tid: str, topic: str, partition: int, records: bytes) -> E:
