@@ -110,3 +110,32 @@ def paused_with_a_cut_armed(monkeypatch, db, data_dir: str, config: dict, warnin
         wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
         cut.append("armed")
         yield cut
+
+
+def first_chunk_only(monkeypatch) -> list:  # noqa: ANN001
+    """An incremental snapshot reads its first chunk only: PostgresTask._next_chunk does nothing after its
+    first call (the snapshot stays running). The list of its calls (one item each)."""
+    original, calls = PostgresTask._next_chunk, []
+
+    def first_only(self):  # noqa: ANN001, ANN202
+        calls.append(True)
+        if len(calls) == 1:
+            original(self)
+
+    monkeypatch.setattr(PostgresTask, "_next_chunk", first_only)
+    return calls
+
+
+@contextmanager
+def held_after_first_chunk(monkeypatch, db, data_dir: str, config: dict,  # noqa: ANN001
+                           warnings: list[str] | None = None) -> Iterator:
+    """A worker running `config` (snapshot.mode=never) whose incremental snapshot of public.extra (signal i1)
+    read its first chunk and asked for the next, which never comes (first_chunk_only while the worker
+    runs); stopped on exit."""
+    with monkeypatch.context() as m:
+        calls = first_chunk_only(m)
+        with running(data_dir, config, warnings=warnings) as worker:
+            _slot_made(db)
+            _signal(db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
+            wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+            yield worker

@@ -234,24 +234,14 @@ def test_incremental_snapshot_the_streamed_change_wins_within_a_window(pg_db, da
 def test_incremental_snapshot_goes_on_after_a_restart(pg_db, data_dir, monkeypatch):
     """The snapshot's progress is in the connector's offsets: a worker stopped after the first chunk goes on
     with the next one when started again, each row sent once."""
+    from tests.connect.signal_snapshots import held_after_first_chunk  # (it imports this module)
+
     _setup(pg_db)
     pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
-    original, calls = PostgresTask._next_chunk, []
-
-    def first_chunk_only(self):  # noqa: ANN001, ANN202
-        calls.append(True)
-        if len(calls) == 1:
-            original(self)
-
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with monkeypatch.context() as m:
-        m.setattr(PostgresTask, "_next_chunk", first_chunk_only)
-        with running(data_dir, config):
-            _slot_made(pg_db)
-            _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-            wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
-            wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+    with held_after_first_chunk(monkeypatch, pg_db, data_dir, config):
+        wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 2, what="the first chunk")
     assert _ops(data_dir, "shop.public.extra") == [(1, "r", "incremental"), (2, "r", "incremental")]
     warnings: list[str] = []
     with running(data_dir, config, warnings=warnings):
@@ -261,25 +251,15 @@ def test_incremental_snapshot_goes_on_after_a_restart(pg_db, data_dir, monkeypat
 
 @pytest.mark.slow
 def test_stop_snapshot_ends_an_incremental_snapshot(pg_db, data_dir, monkeypatch):
+    from tests.connect.signal_snapshots import held_after_first_chunk  # (it imports this module)
+
     _setup(pg_db)
-    original, calls = PostgresTask._next_chunk, []
-
-    def first_chunk_only(self):  # noqa: ANN001, ANN202
-        calls.append(True)
-        if len(calls) == 1:
-            original(self)
-
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with monkeypatch.context() as m:
-        m.setattr(PostgresTask, "_next_chunk", first_chunk_only)
-        with running(data_dir, config):
-            _slot_made(pg_db)
-            _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-            wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
-            _signal(pg_db, "i2", {"data-collections": ["public.extra"], "type": "incremental"}, kind="stop-snapshot")
-            pg_db.execute("INSERT INTO items VALUES (3, 'three')")
-            wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the stop")
+    with held_after_first_chunk(monkeypatch, pg_db, data_dir, config):
+        _signal(pg_db, "i2", {"data-collections": ["public.extra"], "type": "incremental"}, kind="stop-snapshot")
+        pg_db.execute("INSERT INTO items VALUES (3, 'three')")
+        wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming past the stop")
     with running(data_dir, config):  # started again: the stopped snapshot is not resumed
         pg_db.execute("INSERT INTO extra VALUES (4, 'd')")
         wait_for(lambda: len(_ops(data_dir, "shop.public.extra")) == 3, what="the change")

@@ -9,7 +9,7 @@ import pytest
 
 from klog.connect.connectors.postgres import PostgresTask
 from tests.connect.helpers import records, running, wait_for
-from tests.connect.signal_snapshots import in_first_window, run_incremental_snapshot
+from tests.connect.signal_snapshots import held_after_first_chunk, in_first_window, run_incremental_snapshot
 from tests.connect.test_connect_signals import _compacted, _config, _ops, _setup, _signal, _slot_made
 
 
@@ -50,21 +50,10 @@ def test_malformed_signals_are_each_one_warning_and_the_connector_goes_on(pg_db,
     (FAILED); now each malformed signal is one warning naming it, and the snapshot and streaming go on. Two
     signals in one transaction are each acted on."""
     _setup(pg_db)
-    original, calls = PostgresTask._next_chunk, []
-
-    def first_chunk_only(self):  # noqa: ANN001, ANN202 - the snapshot stays running, after its first chunk
-        calls.append(True)
-        if len(calls) == 1:
-            original(self)
-
-    monkeypatch.setattr(PostgresTask, "_next_chunk", first_chunk_only)
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings) as w:
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: len(calls) == 2, what="the next chunk asked for")
+    with held_after_first_chunk(monkeypatch, pg_db, data_dir, config, warnings) as w:  # the snapshot stays running
         _signal(pg_db, "bad1", {"data-collections": ["public.("]}, kind="stop-snapshot")
         _signal(pg_db, "bad2", {"data-collections": "public.extra"}, kind="stop-snapshot")
         pg_db.execute("INSERT INTO debezium_signal VALUES ('bad3', 'execute-snapshot', '{not json')")
