@@ -1,6 +1,6 @@
 """What the damage and compaction tests share: a partition's segment files found, walked batch by
-batch and damaged byte by byte; compacted topics written a batch a key, their batch headers
-listed, and read back through confluent-kafka to the partition's end."""
+batch and damaged byte by byte; numbered records written batch by batch; compacted topics written a
+batch a key, their batch headers listed, and read back through confluent-kafka to the partition's end."""
 
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ def batch_positions(path: str) -> list[int]:
         out.append(at)
         at += 12 + struct.unpack_from(">i", data, at + 8)[0]
     return out
+
+
+def write_numbered_batches(store: Any, topic: str, batches: int, per_batch: int) -> None:  # noqa: ANN401
+    """Records b"0", b"1", ... into partition 0 of `topic`, `per_batch` a batch (flushed each), `batches`
+    batches: batch n holds the records n * per_batch onwards."""
+    with store.producer() as p:
+        for b in range(batches):
+            for i in range(per_batch):
+                p.send(topic, b"%d" % (b * per_batch + i), partition=0)
+            p.flush()
 
 
 def write_at(path: str, at: int, data: bytes) -> None:

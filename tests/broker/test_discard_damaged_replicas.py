@@ -15,6 +15,7 @@ from klog.store.log import PartitionLog
 from klog.store.reader import PartitionReader
 from tests.segment_files import batch_positions as _batch_starts
 from tests.segment_files import flip_bit as _flip
+from tests.segment_files import write_numbered_batches
 
 
 @pytest.fixture
@@ -28,11 +29,7 @@ def rstore(tmp_path):
 def test_every_replica_keeps_the_batches_after_the_damage(rstore, damaged_batches):
     store, dirs = rstore
     store.create_topic("t", replication_factor=2)
-    with store.producer() as p:
-        for b in range(4):
-            for i in range(100):
-                p.send("t", b"%d" % (b * 100 + i), partition=0)
-            p.flush()
+    write_numbered_batches(store, "t", 4, 100)
     logs = [glob.glob(os.path.join(d, "t-0", "*.log"))[0] for d in dirs]
     for path, batch in zip(logs, damaged_batches, strict=True):
         _flip(path, _batch_starts(path)[batch] + 100)

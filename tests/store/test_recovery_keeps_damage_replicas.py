@@ -12,7 +12,7 @@ import os
 import pytest
 
 import klog
-from tests.segment_files import batch_positions, flip_bit
+from tests.segment_files import batch_positions, flip_bit, write_numbered_batches
 from tests.store.test_recovery import reboot
 
 
@@ -23,11 +23,7 @@ def test_damage_in_every_replica_loses_no_valid_batch(tmp_path, monkeypatch, dam
     data = str(tmp_path / "data")
     with klog.Store(data, log_dirs=dirs) as store:
         store.create_topic("t", replication_factor=2)
-        with store.producer() as p:
-            for b in range(4):
-                for i in range(10):
-                    p.send("t", b"%d" % (b * 10 + i), partition=0)
-                p.flush()
+        write_numbered_batches(store, "t", 4, 10)
     for d, batch in zip(dirs, damaged, strict=True):
         if batch is not None:
             [path] = glob.glob(os.path.join(d, "t-0", "*.log"))
