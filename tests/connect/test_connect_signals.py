@@ -198,6 +198,8 @@ def _compacted(data_dir: str, topic: str) -> dict:
 def test_incremental_snapshot_the_streamed_change_wins_within_a_window(pg_db, data_dir, monkeypatch):
     """Chunks of incremental.snapshot.chunk.size by primary key between watermarks written to the signal table;
     rows changed while a chunk's window is open are dropped from it in favour of the streamed change."""
+    from tests.connect.signal_snapshots import incremental_snapshot_ended  # (it imports this module)
+
     _setup(pg_db)
     pg_db.execute("INSERT INTO extra VALUES (4, 'd'), (5, 'e')")
     original, changed = PostgresTask._table_rows, []
@@ -214,10 +216,7 @@ def test_incremental_snapshot_the_streamed_change_wins_within_a_window(pg_db, da
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never",
                                                             "incremental.snapshot.chunk.size": "2"})
-    with running(data_dir, config, warnings=warnings):
-        _slot_made(pg_db)
-        _signal(pg_db, "i1", {"data-collections": ["public.extra"], "type": "incremental"})
-        wait_for(lambda: any("incremental snapshot finished" in w for w in warnings), what="the snapshot's end")
+    with incremental_snapshot_ended(pg_db, data_dir, config, warnings):
         pg_db.execute("INSERT INTO items VALUES (3, 'three')")
         wait_for(lambda: len(records(data_dir, "shop.public.items")) == 1, what="streaming after it")
     ops = _ops(data_dir, "shop.public.extra")
