@@ -114,20 +114,10 @@ def test_blocking_snapshot_of_an_added_table_then_streaming_resumes(pg_db, data_
 def test_a_snapshot_cut_short_is_taken_again_from_its_beginning(pg_db, data_dir, monkeypatch):
     """The connection lost in the middle of a signalled snapshot: reconnected, the connector reads the signal
     again (its records' offsets are the signal's position less one) and takes the whole snapshot again."""
-    import psycopg2
+    from tests.connect.signal_snapshots import cut_signalled_snapshot, lost_connection  # (it imports this module)
 
     _setup(pg_db)
-    original, cut = PostgresTask._signalled_snapshot, []
-
-    def cut_once(self, plan, resume, done):  # noqa: ANN001, ANN202
-        rows = original(self, plan, resume, done)
-        if not cut:
-            cut.append(True)
-            yield next(rows)
-            raise psycopg2.OperationalError("server closed the connection unexpectedly")
-        yield from rows
-
-    monkeypatch.setattr(PostgresTask, "_signalled_snapshot", cut_once)
+    cut_signalled_snapshot(monkeypatch, lost_connection())
     warnings: list[str] = []
     config = _config(pg_db, "public.items,public.extra", **{"snapshot.mode": "never", "max.batch.size": "1"})
     with running(data_dir, config, warnings=warnings):
