@@ -230,6 +230,11 @@ class Mirror:
         last_record = time.monotonic()
         last_check = time.monotonic()
         unsaved = 0
+        # where each partition's records were all handed to DEST's producer: what a checkpoint may say.
+        # The consumer's positions pass a poll's records before they are sent; a stop (Ctrl-C, SIGTERM,
+        # an error) in the middle of sending them must not checkpoint those positions (records lost)
+        sent = consumer.positions()
+        sending = False  # a stop came in the middle of _send
         try:
             while True:
                 try:
@@ -242,13 +247,16 @@ class Mirror:
                 now = time.monotonic()
                 if records:
                     last_record = now
-                    self._send(producer, chunks)
+                    sending = True
+                    self._send(producer, chunks, sent)
+                    sending = False
                     unsaved += records
                     self.stats.records += records
+                sent = consumer.positions()  # (past offsets holding no record for the mirror, too)
                 if ((unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
                                   or not records))
-                        or (not records and self._moved(consumer.positions()))):
-                    self._checkpoint(producer, consumer.positions())
+                        or (not records and self._moved(sent))):
+                    self._checkpoint(producer, sent)
                     unsaved, last_checkpoint = 0, now
                     if self.on_progress is not None:
                         self.on_progress(self.stats)
@@ -266,7 +274,7 @@ class Mirror:
                         last_discovery = now
                         new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]
                         if new:
-                            self._checkpoint(producer, consumer.positions())
+                            self._checkpoint(producer, sent)
                             consumer.close()
                             for t in new:
                                 self._ensure_dest(t)
@@ -274,12 +282,16 @@ class Mirror:
                             self.stats.topics = list(names)
                             self._saved = self._load_checkpoints()
                             consumer = self._open(names)
+                            sent = consumer.positions()
                     time.sleep(FOLLOW_SLEEP_S)
         finally:
-            # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume
+            # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume.
+            # Stopped in the middle of a send, exactly once saves nothing: the transaction holds part of
+            # a poll's records, which only the transaction's abort (Producer.close) keeps from being
+            # copied twice; the rerun copies them again from the last committed checkpoint
             try:
-                if unsaved or self._moved(consumer.positions()):
-                    self._checkpoint(producer, consumer.positions())
+                if not (sending and self.exactly_once) and (unsaved or self._moved(sent)):
+                    self._checkpoint(producer, sent)
             finally:
                 consumer.close()
         if self.on_progress is not None:
@@ -292,8 +304,10 @@ class Mirror:
         saved = self._saved
         return any(off > saved.get(tp, 0) for tp, off in positions.items())
 
-    def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]]) -> None:
-        """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""
+    def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]],
+              sent: dict[tuple[str, int], int] | None = None) -> None:
+        """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic; `sent`
+        (partition -> next offset) follows each chunk handed over."""
         bulk = getattr(producer, "send_tuples", None)  # the remote producer: one librdkafka call a record
         for topic, partition, records in chunks:
             target = self.rename(topic)
@@ -302,6 +316,8 @@ class Mirror:
                 bulk(target, partition if keep else -1, records)
             else:
                 _send_local(producer, target, partition if keep else None, records)
+            if sent is not None and records:
+                sent[(topic, partition)] = records[-1][0] + 1
 
     def _checkpoint(self, producer, positions: dict[tuple[str, int], int]) -> None:  # noqa: ANN001
         """Wait for DEST to acknowledge what was sent, then record where each partition is
