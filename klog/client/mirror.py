@@ -212,16 +212,17 @@ class Mirror:
         self.stats.partitions = len(consumer.positions())
         return consumer
 
-    def _remaining(self, names: list[str], positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        ends = {}
-        for t in names:
-            for p, end in self.src.offsets(t, -1, committed=self.isolation_level == "read_committed").items():
-                ends[(t, p)] = end or 0
-        return {tp: end for tp, end in ends.items() if positions.get(tp, 0) < end}
+    def _remaining(self, consumer: ConsumerBase) -> dict[tuple[str, int], int]:
+        """The partitions with records left to copy, and where a bounded copy of each ends: the
+        consumer's own end (the last stable offset at read_committed). Not Store.offsets(committed=True):
+        on a local store that walks every batch header of the partition once more in each run (the
+        consumer's read_committed view has walked them already), a cost growing with the history."""
+        positions = consumer.positions()
+        return {tp: end for tp, (_, end) in consumer.spans().items() if positions.get(tp, 0) < end}
 
     def _copy(self, names: list[str], producer: ProducerBase, started: float) -> None:
         consumer = self._open(names)
-        ends = None if self.follow else self._remaining(names, consumer.positions())
+        ends = None if self.follow else self._remaining(consumer)
         if ends is not None:
             positions = consumer.positions()
             self.stats.total = sum(end - positions[tp] for tp, end in ends.items())

@@ -49,3 +49,38 @@ def test_a_stop_in_the_middle_of_sending_a_poll_loses_none_of_its_records(tmp_pa
         assert copied == values
     else:  # at least once: the first copies in order
         assert sorted(set(copied), key=copied.index) == values
+
+
+def test_a_resumed_mirror_walks_the_source_log_once_not_twice(tmp_path, monkeypatch):
+    """A read_committed mirror's run costs one walk of the source partitions' batch headers (its
+    consumer's read_committed view): it also asked Store.offsets(committed=True) for the ends, whose
+    last stable offset walked every batch header once more, each run, however little was new."""
+    from klog.store.segment import LogSegment
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    batches = 100
+    with klog.open(src) as store:
+        store.create_topic("t", partitions=1)
+        with store.producer() as producer:
+            for i in range(batches):
+                producer.send("t", str(i).encode())
+                producer.flush()  # (a batch each)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        Mirror(store, dest, ["t"], mirror_id="m").run()
+    with klog.open(src, create=False) as store:
+        with store.producer() as producer:
+            producer.send("t", b"new")
+    walked = [0]
+    iter_headers = LogSegment.iter_headers
+
+    def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        for item in iter_headers(self, *args, **kwargs):
+            walked[0] += 1
+            yield item
+
+    monkeypatch.setattr(LogSegment, "iter_headers", counted)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        stats = Mirror(store, dest, ["t"], mirror_id="m").run()
+    assert stats.records == 1
+    assert walked[0] <= batches + 10
+    assert _dest_values(dst)[-1] == b"new"
