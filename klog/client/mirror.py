@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
 CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
 CHECKPOINT_RECORDS = 200_000  # ... or this many records
-IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not at the end also ends it
+# without --follow, a local source: no progress for this long while not at the end is an error (a
+# cluster source: its timeout, KLOG_CLUSTER_TIMEOUT); never a copy ending short with exit 0
+IDLE_DONE_S = 2.0
 NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
 FOLLOW_SLEEP_S = 0.05
 SOURCE_CHECK_INTERVAL_S = 5.0  # with --follow, idle: how often to check no source partition ends below the position
@@ -228,7 +230,9 @@ class Mirror:
             self.stats.total = sum(end - positions[tp] for tp, end in ends.items())
         last_checkpoint = time.monotonic()
         last_discovery = time.monotonic()
-        last_record = time.monotonic()
+        last_progress = time.monotonic()  # (without --follow) when a position last moved
+        last_positions = consumer.positions()
+        stall_s = getattr(self.src, "timeout", None) or IDLE_DONE_S
         last_check = time.monotonic()
         unsaved = 0
         # where each partition's records were all handed to DEST's producer: what a checkpoint may say.
@@ -247,7 +251,6 @@ class Mirror:
                 records = sum(len(c[2]) for c in chunks)
                 now = time.monotonic()
                 if records:
-                    last_record = now
                     sending = True
                     self._send(producer, chunks, sent)
                     sending = False
@@ -265,8 +268,15 @@ class Mirror:
                     positions = consumer.positions()
                     if all(positions.get(tp, 0) >= end for tp, end in ends.items()):
                         break
-                    if not records and now - last_record > IDLE_DONE_S:
-                        break
+                    if positions != last_positions:
+                        last_progress, last_positions = now, positions
+                    elif now - last_progress > stall_s:
+                        # (it ended the copy with exit 0 and a summary as if complete: a source cluster
+                        # pausing for 2 s made `klog mirror` copy 62,137 of 200,010 records and say so)
+                        left = sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items())
+                        raise KlogError(f"no records came from the source for {stall_s:g} s while {left:,} were "
+                                        f"left to copy: stopped after {self.stats.records:,} (checkpointed); run "
+                                        "the mirror again to go on")
                 if not records and self.follow:
                     if now - last_check > SOURCE_CHECK_INTERVAL_S:
                         last_check = now

@@ -84,3 +84,29 @@ def test_a_resumed_mirror_walks_the_source_log_once_not_twice(tmp_path, monkeypa
     assert stats.records == 1
     assert walked[0] <= batches + 10
     assert _dest_values(dst)[-1] == b"new"
+
+
+def test_a_copy_whose_source_stops_answering_is_an_error_not_a_short_copy(tmp_path, monkeypatch):
+    """Without --follow, nothing arriving for IDLE_DONE_S (2 s) while records were left ended the copy
+    as if complete: exit 0 and 'mirrored N records' (a `klog serve` source paused for 5 s: 62,137 of
+    200,010 copied). It is an error naming what was left (through a cluster after its timeout); what
+    was copied is checkpointed, and the rerun copies the rest."""
+    from klog.errors import KlogError
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    values = [str(i).encode() for i in range(100)]
+    with klog.open(src) as store:
+        store.create_topic("t", partitions=1)
+        with store.producer() as producer:
+            for v in values:
+                producer.send("t", v)
+    poll = mirror_module._poll
+    monkeypatch.setattr(mirror_module, "_poll", lambda consumer: [])  # the source stops answering
+    monkeypatch.setattr(mirror_module, "IDLE_DONE_S", 0.3)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        with pytest.raises(KlogError, match="for 0.3 s while 100 were left to copy: stopped after 0 "):
+            Mirror(store, dest, ["t"], mirror_id="m").run()
+    monkeypatch.setattr(mirror_module, "_poll", poll)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        assert Mirror(store, dest, ["t"], mirror_id="m").run().records == 100
+    assert _dest_values(dst) == values
