@@ -110,3 +110,73 @@ def test_a_copy_whose_source_stops_answering_is_an_error_not_a_short_copy(tmp_pa
     with klog.open(src, create=False) as store, klog.open(dst) as dest:
         assert Mirror(store, dest, ["t"], mirror_id="m").run().records == 100
     assert _dest_values(dst) == values
+
+
+@pytest.mark.slow
+def test_a_cluster_source_paused_past_its_timeout_fails_the_copy_and_the_rerun_completes_it(tmp_path):
+    """`klog serve` as SRC, stopped (SIGSTOP) in the middle of a copy for longer than
+    KLOG_CLUSTER_TIMEOUT: the mirror exits 1 with one line (it exited 0, 'mirrored N records', N short),
+    and once the source answers again the rerun copies the rest, nothing twice."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    total = 60_000  # 120 MB: more than librdkafka fetches ahead (64 MiB queued), so the pause stops the copy
+    pad = b"x" * 2000
+    with klog.open(src) as store:
+        store.create_topic("t", partitions=1)
+        with store.producer() as producer:
+            for i in range(total):
+                producer.send("t", str(i).encode() + pad)
+    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_CLUSTER_TIMEOUT": "3"}
+    server = subprocess.Popen([sys.executable, "-m", "klog", "serve", "-d", src, "-l", "127.0.0.1:0"], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stderr.readline()  # 'klog serve: listening on 127.0.0.1:PORT ...'
+        found = re.search(r"listening on (127\.0\.0\.1:\d+)", line)
+        assert found, line
+        source = f"kafka://{found.group(1)}"
+        mirror = subprocess.Popen([sys.executable, "-m", "klog", "mirror", source, dst, "t"], env=env,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _copied(dst) == 0 and mirror.poll() is None:
+                time.sleep(0.05)
+            at_pause = _copied(dst)
+            server.send_signal(signal.SIGSTOP)
+            try:
+                _, err = mirror.communicate(timeout=60)
+            finally:
+                server.send_signal(signal.SIGCONT)
+        finally:
+            if mirror.poll() is None:
+                mirror.kill()
+                mirror.wait()
+        copied = _copied(dst)
+        if copied == total:
+            pytest.skip(f"the copy ended before the source was paused ({at_pause} copied then)")
+        assert mirror.returncode == 1, err
+        assert err.count("\n") == 1 and "no records came from the source for 3 s while" in err, err
+        again = subprocess.run([sys.executable, "-m", "klog", "mirror", source, dst, "t"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+    assert _dest_values(dst) == [str(i).encode() + pad for i in range(total)]
+
+
+def _copied(path: str) -> int:
+    from klog.errors import KlogError
+
+    try:
+        with klog.open(path, create=False) as store:
+            return store.offsets("t", -1)[0] or 0 if store.has_topic("t") else 0
+    except KlogError:  # the mirror is creating DEST right now
+        return 0
