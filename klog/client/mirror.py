@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from klog.client.producer import Producer, ProducerBase
 
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
+# the checkpoint topic's segments: small, so compaction (which never touches the active segment) keeps
+# what a mirror's start reads to ~the latest checkpoint of each partition, not every one ever written
+CHECKPOINT_SEGMENT_BYTES = 1 << 20
+CHECKPOINT_CLEAN_INTERVAL_S = 60.0  # a local DEST: how often a following mirror compacts it (when due)
 CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
 CHECKPOINT_RECORDS = 200_000  # ... or this many records
 # without --follow, a local source: no progress for this long while not at the end is an error (a
@@ -120,8 +124,10 @@ class Mirror:
 
     def _load_checkpoints(self) -> dict[tuple[str, int], int]:
         if not self.dest.has_topic(CHECKPOINT_TOPIC):
-            self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"}, exist_ok=True)
+            self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={
+                "cleanup.policy": "compact", "segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)}, exist_ok=True)
             return {}
+        self._compact_checkpoints()
         out: dict[tuple[str, int], int] = {}
         isolation = {"isolation_level": "read_committed"} if self.exactly_once else {}
         with self.dest.consumer(CHECKPOINT_TOPIC, merge=False, **isolation) as consumer:
@@ -133,6 +139,19 @@ class Mirror:
                 if mirror_id == self.mirror_id and target == self.rename(topic) and r.value is not None:
                     out[(topic, int(partition))] = int(json.loads(r.value)["next_offset"])
         return out
+
+    def _compact_checkpoints(self) -> None:
+        """A local DEST: compact the checkpoint topic when due (a cluster's broker does it itself). A
+        following mirror writes a checkpoint per partition a second, and every start reads the topic
+        whole: uncompacted (no klog serve, no `topics clean`; and with one 1 GiB active segment,
+        never), 1,000,000 of them made each start take ~11 s. A topic an earlier klog created
+        gets the small segments first (its next write rolls)."""
+        dest = self.dest
+        if not getattr(dest, "is_local", True):
+            return
+        if "segment.bytes" not in dest.topic(CHECKPOINT_TOPIC).configs:
+            dest.alter_topic(CHECKPOINT_TOPIC, set_configs={"segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)})
+        dest.clean(CHECKPOINT_TOPIC)
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> MirrorStats:
@@ -233,7 +252,7 @@ class Mirror:
         last_progress = time.monotonic()  # (without --follow) when a position last moved
         last_positions = consumer.positions()
         stall_s = getattr(self.src, "timeout", None) or IDLE_DONE_S
-        last_check = time.monotonic()
+        last_check = last_clean = time.monotonic()
         unsaved = 0
         # where each partition's records were all handed to DEST's producer: what a checkpoint may say.
         # The consumer's positions pass a poll's records before they are sent; a stop (Ctrl-C, SIGTERM,
@@ -278,6 +297,9 @@ class Mirror:
                                         f"left to copy: stopped after {self.stats.records:,} (checkpointed); run "
                                         "the mirror again to go on")
                 if not records and self.follow:
+                    if now - last_clean > CHECKPOINT_CLEAN_INTERVAL_S:
+                        last_clean = now
+                        self._compact_checkpoints()
                     if now - last_check > SOURCE_CHECK_INTERVAL_S:
                         last_check = now
                         self._check_source(names, consumer.positions(), SOURCE_CHECK_BUDGET_S)

@@ -180,3 +180,41 @@ def _copied(path: str) -> int:
             return store.offsets("t", -1)[0] or 0 if store.has_topic("t") else 0
     except KlogError:  # the mirror is creating DEST right now
         return 0
+
+
+@pytest.mark.slow
+def test_a_mirror_start_reads_its_latest_checkpoints_not_every_one_written(tmp_path):
+    """A following mirror writes a checkpoint per partition a second into DEST's compacted
+    __klog_mirror_checkpoints, and each start reads that topic whole. A local DEST compacted it only on
+    `klog topics clean` (and never its 1 GiB active segment): 1,000,000 checkpoints (a day of a
+    10-partition mirror) made every start take ~11 s, growing for good. Now small segments, compacted
+    when due at each start: what a start reads stays ~one segment, whatever the history."""
+    import json
+
+    from klog.client.mirror import CHECKPOINT_TOPIC
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    with klog.open(src) as store:
+        store.create_topic("t", partitions=10)
+        with store.producer() as producer:
+            for p in range(10):
+                producer.send("t", b"v", partition=p)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        dest.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"})  # (as an earlier klog did)
+        Mirror(store, dest, ["t"], mirror_id="m").run()
+        # a long-following mirror's history of checkpoints (the last: each partition's offset 1)
+        key = Mirror(store, dest, ["t"], mirror_id="m")._checkpoint_key
+        with dest.producer() as producer:
+            for i in range(8_000, 0, -1):
+                for p in range(10):
+                    producer.send(CHECKPOINT_TOPIC, json.dumps({"next_offset": 1 if i == 1 else i}).encode(),
+                                  key=key("t", p), partition=0)
+    with klog.open(src, create=False) as store:
+        with store.producer() as producer:
+            producer.send("t", b"new", partition=4)
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        stats = Mirror(store, dest, ["t"], mirror_id="m").run()
+    assert (stats.records, stats.resumed) == (1, 10)
+    with klog.open(dst, create=False) as dest:
+        read_at_start = sum(1 for _ in dest.consumer(CHECKPOINT_TOPIC))
+    assert read_at_start < 20_000  # (80,000 written; one 1 MiB segment holds ~16,000)
