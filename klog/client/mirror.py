@@ -105,6 +105,7 @@ class Mirror:
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
         self._check_next = 0  # the source topic _check_source looks at first
+        self._clean_failed = False  # a compaction of the checkpoint topic failed (said once)
 
     # -- setup ---------------------------------------------------------------------------------
     def _ensure_dest(self, topic: str) -> None:
@@ -149,9 +150,14 @@ class Mirror:
         dest = self.dest
         if not getattr(dest, "is_local", True):
             return
-        if "segment.bytes" not in dest.topic(CHECKPOINT_TOPIC).configs:
-            dest.alter_topic(CHECKPOINT_TOPIC, set_configs={"segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)})
-        dest.clean(CHECKPOINT_TOPIC)
+        try:
+            if "segment.bytes" not in dest.topic(CHECKPOINT_TOPIC).configs:
+                dest.alter_topic(CHECKPOINT_TOPIC, set_configs={"segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)})
+            dest.clean(CHECKPOINT_TOPIC)
+        except KlogError as e:  # (housekeeping: it never stops the copy)
+            if not self._clean_failed:
+                self._clean_failed = True
+                self.on_warning(f"{CHECKPOINT_TOPIC} not compacted: {e}")
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> MirrorStats:

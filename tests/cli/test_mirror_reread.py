@@ -218,3 +218,29 @@ def test_a_mirror_start_reads_its_latest_checkpoints_not_every_one_written(tmp_p
     with klog.open(dst, create=False) as dest:
         read_at_start = sum(1 for _ in dest.consumer(CHECKPOINT_TOPIC))
     assert read_at_start < 20_000  # (80,000 written; one 1 MiB segment holds ~16,000)
+
+
+def test_a_checkpoint_topic_that_cannot_be_compacted_is_said_and_the_copy_goes_on(tmp_path, monkeypatch):
+    from klog.client.store import Store
+    from klog.errors import CorruptLogError
+
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    with klog.open(src) as store:
+        store.create_topic("t", partitions=1)
+        with store.producer() as producer:
+            producer.send("t", b"a")
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        Mirror(store, dest, ["t"], mirror_id="m").run()
+        with store.producer() as producer:
+            producer.send("t", b"b")
+
+    def damaged(self, topic=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        raise CorruptLogError("cannot compact __klog_mirror_checkpoints-0: a damaged batch at offset 3")
+
+    monkeypatch.setattr(Store, "clean", damaged)
+    warnings: list[str] = []
+    with klog.open(src, create=False) as store, klog.open(dst) as dest:
+        assert Mirror(store, dest, ["t"], mirror_id="m", on_warning=warnings.append).run().records == 1
+    assert warnings == ["__klog_mirror_checkpoints not compacted: cannot compact __klog_mirror_checkpoints-0: "
+                        "a damaged batch at offset 3"]
+    assert _dest_values(dst) == [b"a", b"b"]
