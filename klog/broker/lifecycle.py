@@ -332,9 +332,20 @@ def _retention_not_due(store: BrokerStore, topic: str, partition: int) -> bool:
 
 def clean(store: BrokerStore, topic: str | None = None, *, clock: Clock | None = None,
           throttler: Throttler | None = None) -> list[PartitionCleanup]:
-    """`klog topics clean [TOPIC]`: retention everywhere, compaction where due."""
-    return [clean_partition(store, t, p, clock=clock, throttler=throttler)
-            for t in _topics(store, topic) for p in resolve_partitions(store, t, None)]
+    """`klog topics clean [TOPIC]`: retention everywhere, compaction where due. A partition whose
+    compaction meets damage kept in its log (CorruptLogError, naming the way past it) does not stop
+    the others' (Kafka's cleaner marks it uncleanable and goes on): the first such error is raised
+    once every partition was cleaned."""
+    out, damaged = [], None
+    for t in _topics(store, topic):
+        for p in resolve_partitions(store, t, None):
+            try:
+                out.append(clean_partition(store, t, p, clock=clock, throttler=throttler))
+            except CorruptLogError as e:
+                damaged = damaged or e
+    if damaged is not None:
+        raise damaged
+    return out
 
 
 def compact(store: BrokerStore, topic: str, *, clock: Clock | None = None,

@@ -765,9 +765,11 @@ def _lost_markers(store: BrokerStore, replica: PartitionLog, segment: LogSegment
             if meta is None or (plan.topic, plan.partition) not in meta.tps():
                 plan.hanging.append((pid, last[pid].producer_epoch, first))
             # (else the coordinator runs it here still: its marker comes when it ends)
-        elif after[pid] == DATA and done is not None and first < done[0] and done[0] >= plan.damaged_from:
+        elif after[pid] is not None and done is not None and first < done[0] and done[0] >= plan.damaged_from:
             # the coordinator's last transaction here began after this one's first offset: this one's marker was
             # in the discarded range, and which way it went is not known; the next marker of its producer ends it
+            # (the first batch after the damage is that transaction's data, or already its marker: its data were
+            # discarded too)
             plan.unknown.append((pid, last[pid].producer_epoch, first))
     out = []
     for offset, (pid, epoch, kind) in sorted(found.items()):

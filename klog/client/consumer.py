@@ -238,8 +238,10 @@ class Consumer(ConsumerBase):
 
     def spans(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Each partition's log start and the end a bounded read stops at (the high watermark, or
-        the last stable offset under read_committed)."""
-        return {(c.topic, c.partition): (c.part.log_start_offset(), c.end()) for c in self.cursors}
+        the last stable offset under read_committed, when it started: records appended since are past
+        its stop); a following read's end now."""
+        return {(c.topic, c.partition): (c.part.log_start_offset(), c.end() if c.stop is None else c.stop)
+                for c in self.cursors}
 
     def read_ranges(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
         """Read next only offsets start..stop-1 of the partitions `ranges` names, none of the others

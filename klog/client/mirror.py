@@ -38,9 +38,15 @@ if TYPE_CHECKING:
     from klog.client.producer import Producer, ProducerBase
 
 CHECKPOINT_TOPIC = "__klog_mirror_checkpoints"
+# the checkpoint topic's segments: small, so compaction (which never touches the active segment) keeps
+# what a mirror's start reads to ~the latest checkpoint of each partition, not every one ever written
+CHECKPOINT_SEGMENT_BYTES = 1 << 20
+CHECKPOINT_CLEAN_INTERVAL_S = 60.0  # a local DEST: how often a following mirror compacts it (when due)
 CHECKPOINT_INTERVAL_S = 1.0  # the at-least-once window: a kill re-copies at most this much ...
 CHECKPOINT_RECORDS = 200_000  # ... or this many records
-IDLE_DONE_S = 2.0  # without --follow: nothing arriving for this long while not at the end also ends it
+# without --follow, a local source: no progress for this long while not at the end is an error (a
+# cluster source: its timeout, KLOG_CLUSTER_TIMEOUT); never a copy ending short with exit 0
+IDLE_DONE_S = 2.0
 NEW_TOPICS_INTERVAL_S = 5.0  # with --follow and a pattern: how often to look for new source topics
 FOLLOW_SLEEP_S = 0.05
 SOURCE_CHECK_INTERVAL_S = 5.0  # with --follow, idle: how often to check no source partition ends below the position
@@ -99,6 +105,7 @@ class Mirror:
         self._keep_partition: dict[str, bool] = {}  # source topic -> copies keep their partition
         self._saved: dict[tuple[str, int], int] = {}  # the checkpoints DEST holds
         self._check_next = 0  # the source topic _check_source looks at first
+        self._clean_failed = False  # a compaction of the checkpoint topic failed (said once)
 
     # -- setup ---------------------------------------------------------------------------------
     def _ensure_dest(self, topic: str) -> None:
@@ -118,8 +125,10 @@ class Mirror:
 
     def _load_checkpoints(self) -> dict[tuple[str, int], int]:
         if not self.dest.has_topic(CHECKPOINT_TOPIC):
-            self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={"cleanup.policy": "compact"}, exist_ok=True)
+            self.dest.create_topic(CHECKPOINT_TOPIC, 1, configs={
+                "cleanup.policy": "compact", "segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)}, exist_ok=True)
             return {}
+        self._compact_checkpoints()
         out: dict[tuple[str, int], int] = {}
         isolation = {"isolation_level": "read_committed"} if self.exactly_once else {}
         with self.dest.consumer(CHECKPOINT_TOPIC, merge=False, **isolation) as consumer:
@@ -131,6 +140,24 @@ class Mirror:
                 if mirror_id == self.mirror_id and target == self.rename(topic) and r.value is not None:
                     out[(topic, int(partition))] = int(json.loads(r.value)["next_offset"])
         return out
+
+    def _compact_checkpoints(self) -> None:
+        """A local DEST: compact the checkpoint topic when due (a cluster's broker does it itself). A
+        following mirror writes a checkpoint per partition a second, and every start reads the topic
+        whole: uncompacted (no klog serve, no `topics clean`; and with one 1 GiB active segment,
+        never), 1,000,000 of them made each start take ~11 s. A topic an earlier klog created
+        gets the small segments first (its next write rolls)."""
+        dest = self.dest
+        if not getattr(dest, "is_local", True):
+            return
+        try:
+            if "segment.bytes" not in dest.topic(CHECKPOINT_TOPIC).configs:
+                dest.alter_topic(CHECKPOINT_TOPIC, set_configs={"segment.bytes": str(CHECKPOINT_SEGMENT_BYTES)})
+            dest.clean(CHECKPOINT_TOPIC)
+        except KlogError as e:  # (housekeeping: it never stops the copy)
+            if not self._clean_failed:
+                self._clean_failed = True
+                self.on_warning(f"{CHECKPOINT_TOPIC} not compacted: {e}")
 
     # -- running -------------------------------------------------------------------------------
     def run(self) -> MirrorStats:
@@ -212,24 +239,32 @@ class Mirror:
         self.stats.partitions = len(consumer.positions())
         return consumer
 
-    def _remaining(self, names: list[str], positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        ends = {}
-        for t in names:
-            for p, end in self.src.offsets(t, -1, committed=self.isolation_level == "read_committed").items():
-                ends[(t, p)] = end or 0
-        return {tp: end for tp, end in ends.items() if positions.get(tp, 0) < end}
+    def _remaining(self, consumer: ConsumerBase) -> dict[tuple[str, int], int]:
+        """The partitions with records left to copy, and where a bounded copy of each ends: the
+        consumer's own end (the last stable offset at read_committed). Not Store.offsets(committed=True):
+        on a local store that walks every batch header of the partition once more in each run (the
+        consumer's read_committed view has walked them already), a cost growing with the history."""
+        positions = consumer.positions()
+        return {tp: end for tp, (_, end) in consumer.spans().items() if positions.get(tp, 0) < end}
 
     def _copy(self, names: list[str], producer: ProducerBase, started: float) -> None:
         consumer = self._open(names)
-        ends = None if self.follow else self._remaining(names, consumer.positions())
+        ends = None if self.follow else self._remaining(consumer)
         if ends is not None:
             positions = consumer.positions()
             self.stats.total = sum(end - positions[tp] for tp, end in ends.items())
         last_checkpoint = time.monotonic()
         last_discovery = time.monotonic()
-        last_record = time.monotonic()
-        last_check = time.monotonic()
+        last_progress = time.monotonic()  # (without --follow) when a position last moved
+        last_positions = consumer.positions()
+        stall_s = getattr(self.src, "timeout", None) or IDLE_DONE_S
+        last_check = last_clean = time.monotonic()
         unsaved = 0
+        # where each partition's records were all handed to DEST's producer: what a checkpoint may say.
+        # The consumer's positions pass a poll's records before they are sent; a stop (Ctrl-C, SIGTERM,
+        # an error) in the middle of sending them must not checkpoint those positions (records lost)
+        sent = consumer.positions()
+        sending = False  # a stop came in the middle of _send
         try:
             while True:
                 try:
@@ -241,14 +276,16 @@ class Mirror:
                 records = sum(len(c[2]) for c in chunks)
                 now = time.monotonic()
                 if records:
-                    last_record = now
-                    self._send(producer, chunks)
+                    sending = True
+                    self._send(producer, chunks, sent)
+                    sending = False
                     unsaved += records
                     self.stats.records += records
+                sent = consumer.positions()  # (past offsets holding no record for the mirror, too)
                 if ((unsaved and (unsaved >= CHECKPOINT_RECORDS or now - last_checkpoint >= CHECKPOINT_INTERVAL_S
                                   or not records))
-                        or (not records and self._moved(consumer.positions()))):
-                    self._checkpoint(producer, consumer.positions())
+                        or (not records and self._moved(sent))):
+                    self._checkpoint(producer, sent)
                     unsaved, last_checkpoint = 0, now
                     if self.on_progress is not None:
                         self.on_progress(self.stats)
@@ -256,9 +293,19 @@ class Mirror:
                     positions = consumer.positions()
                     if all(positions.get(tp, 0) >= end for tp, end in ends.items()):
                         break
-                    if not records and now - last_record > IDLE_DONE_S:
-                        break
+                    if positions != last_positions:
+                        last_progress, last_positions = now, positions
+                    elif now - last_progress > stall_s:
+                        # (it ended the copy with exit 0 and a summary as if complete: a source cluster
+                        # pausing for 2 s made `klog mirror` copy 62,137 of 200,010 records and say so)
+                        left = sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items())
+                        raise KlogError(f"no records came from the source for {stall_s:g} s while {left:,} were "
+                                        f"left to copy: stopped after {self.stats.records:,} (checkpointed); run "
+                                        "the mirror again to go on")
                 if not records and self.follow:
+                    if now - last_clean > CHECKPOINT_CLEAN_INTERVAL_S:
+                        last_clean = now
+                        self._compact_checkpoints()
                     if now - last_check > SOURCE_CHECK_INTERVAL_S:
                         last_check = now
                         self._check_source(names, consumer.positions(), SOURCE_CHECK_BUDGET_S)
@@ -266,7 +313,7 @@ class Mirror:
                         last_discovery = now
                         new = [t for t in source_topics(self.src, self.wanted, self.pattern) if t not in names]
                         if new:
-                            self._checkpoint(producer, consumer.positions())
+                            self._checkpoint(producer, sent)
                             consumer.close()
                             for t in new:
                                 self._ensure_dest(t)
@@ -274,12 +321,16 @@ class Mirror:
                             self.stats.topics = list(names)
                             self._saved = self._load_checkpoints()
                             consumer = self._open(names)
+                            sent = consumer.positions()
                     time.sleep(FOLLOW_SLEEP_S)
         finally:
-            # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume
+            # a clean stop (end of input, Ctrl-C, SIGTERM) saves what was copied: no duplicate on resume.
+            # Stopped in the middle of a send, exactly once saves nothing: the transaction holds part of
+            # a poll's records, which only the transaction's abort (Producer.close) keeps from being
+            # copied twice; the rerun copies them again from the last committed checkpoint
             try:
-                if unsaved or self._moved(consumer.positions()):
-                    self._checkpoint(producer, consumer.positions())
+                if not (sending and self.exactly_once) and (unsaved or self._moved(sent)):
+                    self._checkpoint(producer, sent)
             finally:
                 consumer.close()
         if self.on_progress is not None:
@@ -292,8 +343,10 @@ class Mirror:
         saved = self._saved
         return any(off > saved.get(tp, 0) for tp, off in positions.items())
 
-    def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]]) -> None:
-        """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic."""
+    def _send(self, producer: ProducerBase, chunks: list[tuple[str, int, list]],
+              sent: dict[tuple[str, int], int] | None = None) -> None:
+        """Each chunk's (offset, timestamp, key, value, headers) tuples to the renamed topic; `sent`
+        (partition -> next offset) follows each chunk handed over."""
         bulk = getattr(producer, "send_tuples", None)  # the remote producer: one librdkafka call a record
         for topic, partition, records in chunks:
             target = self.rename(topic)
@@ -302,6 +355,8 @@ class Mirror:
                 bulk(target, partition if keep else -1, records)
             else:
                 _send_local(producer, target, partition if keep else None, records)
+            if sent is not None and records:
+                sent[(topic, partition)] = records[-1][0] + 1
 
     def _checkpoint(self, producer, positions: dict[tuple[str, int], int]) -> None:  # noqa: ANN001
         """Wait for DEST to acknowledge what was sent, then record where each partition is

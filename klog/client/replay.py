@@ -170,6 +170,7 @@ class Replayer:
         self.source = source
         self.dest = dest
         self.group = group
+        self.until_ms = until_ms
         self.count = count
         self.keep_timestamps = keep_timestamps
         self.speed = speed
@@ -283,8 +284,10 @@ class Replayer:
         speed, rate = self.speed, self.rate
         emitted = 0
         self._flushed_at = start_clock
+        whole = True  # the read went to its end (not stopped by --count)
         for record in self.consumer:
             if self.count is not None and emitted >= self.count:
+                whole = False
                 break
             due = start_clock
             if speed is not None:
@@ -305,9 +308,26 @@ class Replayer:
         self._flush_all()
         if self._producer is not None:
             self._producer.flush()  # every record acknowledged (or the first failure raised)
+        if whole and self.until_ms is None and self.progress is not None:
+            self._done_to_the_end()
         if self.on_progress is not None:
             self.on_progress(self.stats)
         return self.stats
+
+    def _done_to_the_end(self) -> None:
+        """A read gone to its end with everything written: the progress moves to where the reader
+        stopped, past offsets that hold no record for the replay (an aborted transaction's, a marker,
+        a compacted gap), so a resumed run does not read them again (an aborted transaction may be
+        large), as a mirror's checkpoint does. (Not after --until: the records past it are not done.)"""
+        progress = self.progress
+        assert progress is not None and not self._pending
+        moved = False
+        for (topic, s), offset in self.consumer.positions().items():
+            if topic == self.source and offset > progress.done.get(s, 0):
+                progress.done[s] = offset
+                moved = True
+        if moved:
+            progress.save()
 
     def close(self) -> None:
         """Release the source consumer (a cluster's holds connections)."""
