@@ -88,6 +88,12 @@ class TxnMetadata:
     # of the same producer id and epoch (KIP-890 part 1 keeps the epoch across transactions)
     ended: dict[str, list[int]] = field(default_factory=dict)
 
+    @classmethod
+    def from_doc(cls, doc: dict) -> TxnMetadata:
+        """A stored document, fields a later klog added left out (a store written by a newer klog
+        stays readable: every loader goes through here, none with **doc)."""
+        return cls(**{k: v for k, v in doc.items() if k in _TXN_FIELDS})
+
     def tps(self) -> list[TP]:
         return [(t, int(p)) for t, p in self.partitions]
 
@@ -113,6 +119,9 @@ class TxnMetadata:
 
 
 # -- the pure transitions (Kafka's TransactionCoordinator handlers) ------------------------------------
+_TXN_FIELDS = frozenset(TxnMetadata.__dataclass_fields__)
+
+
 def _check_producer(meta: TxnMetadata | None, producer_id: int, epoch: int) -> TxnMetadata:
     if meta is None or meta.producer_id != producer_id:
         raise TxnStateError(INVALID_MAPPING, "the producer id does not match the transactional id's "
@@ -286,19 +295,19 @@ class TransactionsMeta:
     def get(self, tid: str) -> TxnMetadata | None:
         with self.db.txn() as txn:
             raw = self.db.get_json(txn, self.DB, tid)
-        return None if raw is None else TxnMetadata(**raw)
+        return None if raw is None else TxnMetadata.from_doc(raw)
 
     def all(self) -> Iterator[TxnMetadata]:
         with self.db.txn() as txn:
             docs = [doc for key, doc in self.db.items(txn, self.DB) if not key.startswith("\0")]
-        return iter([TxnMetadata(**doc) for doc in docs])
+        return iter([TxnMetadata.from_doc(doc) for doc in docs])
 
     def apply(self, tid: str, change: Callable[[TxnMetadata | None, object], TxnMetadata | None]) -> TxnMetadata | None:
         """Load, `change(meta, txn)` (which may raise), save what it returns (None: delete), in one
         write transaction; returns what was saved. `txn` lets a change write other dbs atomically."""
         with self.db.txn(write=True) as txn:
             raw = self.db.get_json(txn, self.DB, tid)
-            meta = None if raw is None else TxnMetadata(**raw)
+            meta = None if raw is None else TxnMetadata.from_doc(raw)
             result = change(meta, txn)
             if result is None:
                 if raw is not None:
@@ -325,7 +334,7 @@ class TransactionsMeta:
         with self.db.txn() as txn:
             found = [raw for key, raw in self.db.items_raw(txn, self.DB) if needle in raw and not key.startswith("\0")]
         out: set[TP] = set()
-        for meta in (TxnMetadata(**json.loads(raw)) for raw in found):
+        for meta in (TxnMetadata.from_doc(json.loads(raw)) for raw in found):
             if meta.state in (ONGOING, *PREPARING):
                 out.update(key_tp(k) for k in meta.offsets.get(group, {}))
         return out
