@@ -53,3 +53,37 @@ def test_a_topic_the_caller_may_delete_but_not_describe_is_not_deleted_by_name(s
     topic_id = uuid.UUID(server.store.topics.get("secret").topic_id)
     assert _delete(server.port, None, topic_id)[0] == E.none
     assert not server.store.has_topic("secret")
+
+
+def _add_partitions(port: int, topics: dict[str, int]) -> dict[str, int]:
+    """A transactional producer's AddPartitionsToTxn v3 of partition 0 of each topic: {topic: error code}."""
+    from kio.static.constants import EntityType
+
+    from klog.protocol.schemas import payload_module
+    from tests.serve_helpers import RawClient
+    from tests.server.test_serve_acl_review import _init_txn
+
+    mod = payload_module(24, 3, EntityType.request)
+    with RawClient(port) as c:
+        error, pid, epoch = _init_txn(c, "t1")
+        assert error == 0
+        r = c.send(24, 3, v3_and_below_transactional_id="t1", v3_and_below_producer_id=pid,
+                   v3_and_below_producer_epoch=epoch,
+                   v3_and_below_topics=tuple(mod.AddPartitionsToTxnTopic(name=t, partitions=(p,))
+                                             for t, p in topics.items()))
+    return {t.name: t.results_by_partition[0].partition_error_code for t in r.results_by_topic_v3_and_below}
+
+
+@pytest.mark.parametrize("internal", ["__consumer_offsets", "__transaction_state"])
+def test_a_client_cannot_add_an_internal_topic_to_its_transaction(server, internal):  # noqa: F811
+    """KafkaApis.handleAddPartitionsToTxnRequest (v0-v3, a client's): internal topics are left out of the
+    topics it may write, whatever its ACLs: TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED
+    (klog added __consumer_offsets' partition to the transaction, its coordinator to end it there)."""
+    from klog.broker.group_records import OFFSETS_TOPIC
+
+    if internal == OFFSETS_TOPIC:  # (klog serve makes it at the first commit of a group)
+        server.store.create_topic(OFFSETS_TOPIC, partitions=1, exist_ok=True)
+    grant(server, allow(T, "*", Operation.ALL), allow(ResourceType.TRANSACTIONAL_ID, "*", Operation.ALL))
+    assert _add_partitions(server.port, {internal: 0, "secret": 0}) == \
+        {internal: E.topic_authorization_failed, "secret": E.operation_not_attempted}
+    assert _add_partitions(server.port, {"secret": 0}) == {"secret": E.none}
