@@ -4,13 +4,14 @@ one connection's burst may hold while it waits."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
 import pytest
 
-from tests.serve_helpers import RawClient, batch, produce_request_fields
-from tests.server.test_serve_acks0_group import _frame, _values
+from tests.serve_helpers import RawClient, batch, produce_request_fields, read_answer
+from tests.server.test_serve_acks0_group import _api_versions, _frame, _values
 
 pytest.importorskip("kio")
 
@@ -57,8 +58,10 @@ def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(ka
                 RawClient(kafka_server.port) as other:
             slow.sendall(_frame(1, [("t", 1, batch([b"slow"]))], acks=-1))
             assert stuck.wait(10)
-            # two pipelined acks=0 requests in one write: handled as one group
-            burst.sendall(_frame(1, [("t", 0, batch([b"x0"]))]) + _frame(2, [("t", 1, batch([b"x1"]))]))
+            # two pipelined acks=0 requests in one write: handled as one group (an ApiVersions after them,
+            # answered once they are handled)
+            burst.sendall(_frame(1, [("t", 0, batch([b"x0"]))]) + _frame(2, [("t", 1, batch([b"x1"]))])
+                          + _api_versions(3))
             deadline = time.monotonic() + 10
             while not ((0, "0") in calls or slot0.locked()) and time.monotonic() < deadline:
                 time.sleep(0.01)  # the burst reached partition 0 (appended there, or waiting holding it)
@@ -69,6 +72,8 @@ def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(ka
             gate.set()
             slow.settimeout(10)
             assert len(slow.recv(4)) == 4  # the slow acks=all produce answered
+            burst.settimeout(10)
+            assert struct.unpack_from(">i", read_answer(burst))[0] == 3  # the burst handled
     finally:
         gate.set()
     got = _values(kafka_server.data_dir, "t", 2)
