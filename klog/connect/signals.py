@@ -156,8 +156,8 @@ class KafkaChannel:
             raise ConfigError("signal.kafka.poll.timeout.ms", timeout, "a number of milliseconds, 0 or more")
         self.timeout_ms = int(timeout)
         from klog.client.group import GroupConfig
-        from klog.client.remote.target import open_endpoint
-        from klog.errors import KlogError
+        from klog.client.remote.target import parse_endpoint
+        from klog.errors import KlogError, UsageError
 
         # the consumer's own settings among signal.consumer.* (isolation.level; max.poll.interval.ms,
         # session.timeout.ms, ... are checked but have no use: the consumer joins no group), as Debezium hands
@@ -174,10 +174,22 @@ class KafkaChannel:
                       if k.startswith("signal.consumer.") and k[len("signal.consumer."):] not in group]
 
         try:
-            self.store = open_endpoint(servers, None, properties, create=False, on_warning=warn)
+            where = parse_endpoint(servers, None, properties)
         except KlogError as e:
             raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e)) from None
-        self.local = getattr(self.store, "is_local", True)
+        self.local = isinstance(where, str)
+        self._where = where
+        self.store = None
+        try:
+            self._connect()
+        except KlogError as e:
+            if self.local or isinstance(e, UsageError):  # (no store there, a client property librdkafka refused)
+                raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e)) from None
+            # a cluster not up (yet): the connector starts, and the channel reaches it at a later read, as
+            # Debezium's KafkaConsumer, which connects at its first poll (refused here at the start, a connector
+            # started before its signal cluster failed for good)
+            warn(f"{self.where}: the kafka signal channel cannot reach signal.kafka.bootstrap.servers ({e}); "
+                 f"tried again at each read")
         self.consumer = None
         self.topic_id = None  # (a local store's: a topic deleted and made again under the name is told apart)
         self.read_to: dict[tuple[str, int], int] = {}  # what commit() commits
@@ -185,6 +197,17 @@ class KafkaChannel:
         # not at the committed offset, before the signals acted on since or held until a blocking snapshot's end
         self.seen: dict[tuple[str, int], int] = {}
         self.told: set[str] = set()  # what was warned of once
+
+    def _connect(self) -> None:
+        """The store or cluster of signal.kafka.bootstrap.servers opened (KlogError: not now)."""
+        if self.local:
+            from klog.client.store import Store
+
+            self.store = Store(self._where, create=False, on_warning=self.warn)
+        else:
+            from klog.client.remote.store import RemoteStore
+
+            self.store = RemoteStore(self._where, on_warning=self.warn)
 
     def _once(self, what: str, message: str) -> None:
         if what not in self.told:
@@ -224,6 +247,8 @@ class KafkaChannel:
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
         # (a local store's topic looked for at each read: a cluster deletes the group's offsets with the topic,
         # and asking it while it is down would hold the stream for its metadata timeout)
+        if self.store is None:
+            self._connect()  # (a cluster that was not up at the start; KlogError: named, read again later)
         if self.consumer is not None and self.local and not self._same_topic():
             self._topic_deleted()
         if self.consumer is None:
@@ -333,4 +358,5 @@ class KafkaChannel:
                 if self.consumer is not None:
                     self.consumer.close()
         finally:
-            self.store.close()
+            if self.store is not None:
+                self.store.close()

@@ -139,16 +139,22 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> tuple[E
             if not found:
                 return E.unknown_topic_id, None, f"unknown topic id {topic_id}", topic_id
             name = found[0].name
-        if not ctx.authorize("DELETE", "TOPIC", name):
-            # Kafka's controller: a topic named by id keeps its name from a caller that may not
-            # Describe it; one named by name and describable, but not there, is unknown
-            describable = ctx.authorize("DESCRIBE", "TOPIC", name)
-            if by_id:
-                return (E.topic_authorization_failed, name if describable else None,
-                        f"{ctx.principal} may not delete it", topic_id)
-            if describable and not store.has_topic(name):
-                return E.unknown_topic_or_partition, name, f"unknown topic '{name}'", ZERO_UUID
-            return E.topic_authorization_failed, name, f"{ctx.principal} may not delete it", ZERO_UUID
+        # Kafka's controller (ControllerApis.deleteTopics): Delete on the cluster deletes any topic; a topic
+        # named by id keeps its name from a caller that may not Describe it; one named by name is refused to
+        # a caller that may not Describe it (whatever its Delete), and unknown to one that may
+        cluster = ctx.authorize("DELETE", "CLUSTER", "kafka-cluster")
+        deletable = cluster or ctx.authorize("DELETE", "TOPIC", name)
+        describable = cluster or ctx.authorize("DESCRIBE", "TOPIC", name)
+        refused = f"{ctx.principal} may not delete it"
+        if by_id:
+            if not deletable:
+                return E.topic_authorization_failed, name if describable else None, refused, topic_id
+        elif not describable:
+            return E.topic_authorization_failed, name, refused, ZERO_UUID
+        elif not store.has_topic(name):
+            return E.unknown_topic_or_partition, name, f"unknown topic '{name}'", ZERO_UUID
+        elif not deletable:
+            return E.topic_authorization_failed, name, refused, ZERO_UUID
         if name in INTERNAL_TOPICS:
             return E.invalid_request, name, f"deletion of internal topic {name} is prohibited", topic_id or ZERO_UUID
         ctx.server.appender.forget_producer_states(name)

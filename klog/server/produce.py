@@ -108,20 +108,33 @@ def _outcome(ctx: RequestContext, topic: str, partition: int, got: RawAppendResu
 
 
 async def _append_many(ctx: RequestContext, topic: str, items: list[tuple[int, bytes]], acks: str) -> list[Outcome]:
-    """The batches of many partitions of `topic` in one multi-partition append (RawAppender.append_many:
-    one lock acquisition per partition, one metadata check, one syncfs), after taking each
-    partition's append slot in partition order (two such requests never wait in a circle)."""
-    slots = [ctx.server.append_slot(topic, partition) for partition in sorted({p for p, _ in items})]
-    taken = 0  # (taken one by one, released in a finally: an exit stack's context per slot cost ~4x)
-    try:
-        for slot in slots:
-            await slot.acquire()
-            taken += 1
-        got = await ctx.server.run_append(ctx.server.appender.append_many, topic, items, acks)
-    finally:
-        for slot in slots[:taken]:
-            slot.release()
-    return [_outcome(ctx, topic, p, g) for (p, _), g in zip(items, got, strict=True)]
+    """The batches of many partitions of `topic` (each named once) in one multi-partition append
+    (RawAppender.append_many: one lock acquisition per partition, one metadata check, one syncfs),
+    after taking each partition's append slot. Never waiting while it holds one, as Kafka, which
+    appends a request's partitions one after another: the partitions free now are appended together,
+    then those busy elsewhere (an append in progress, a slow disk's fsync), the first waited for alone
+    (taken in partition order, each waited for, a request held partition 0 while it waited for
+    partition 1's fsync: another connection's produce of partition 0 waited for a disk it never wrote to)."""
+    outcomes: list[Outcome | None] = [None] * len(items)
+    left = list(range(len(items)))
+    while left:
+        slots: dict[int, asyncio.Lock] = {}
+        try:
+            for i in left:
+                slot = ctx.server.append_slot(topic, items[i][0])
+                if slots and not _free(slot):
+                    continue  # (a later round's)
+                await slot.acquire()  # (free: taken at once; the round's first: waited for, holding nothing)
+                slots[i] = slot
+            now = list(slots)
+            got = await ctx.server.run_append(ctx.server.appender.append_many, topic, [items[i] for i in now], acks)
+        finally:
+            for slot in slots.values():
+                slot.release()
+        for i, g in zip(now, got, strict=True):
+            outcomes[i] = _outcome(ctx, topic, items[i][0], g)
+        left = [i for i in left if i not in slots]
+    return outcomes  # type: ignore[return-value]
 
 
 async def produce_group(context_of: Callable[[int], RequestContext], requests: list[Any]) -> list[Any]:
@@ -228,28 +241,34 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
     # in jobs of at most ACKS0_JOB_ENTRIES entries and ACKS0_JOB_BYTES bytes (at least one entry):
     # a job holds the append slot of every partition it names until it ends, so another connection's
     # produce to one of them waits for one job, never for the whole group (7 requests of 19,000
-    # entries for one partition in one job held it 15 s). Each job takes its partitions' slots in
-    # partition order (a lone request's wait on the loop for an append in progress there; two groups
-    # never wait in a circle) and releases them before the next is taken.
+    # entries for one partition in one job held it 15 s). A job never waits while it holds a slot:
+    # it ends before an entry whose partition is busy elsewhere (an append in progress there, a slow
+    # disk's fsync), and the next job waits for that partition alone (once taken in partition order,
+    # each waited for: a job held partition 0 while it waited for partition 1's fsync, and a produce
+    # of partition 0 from another connection waited for a disk it never wrote to).
     results: list[RawAppendResult | BaseException] = []
     broke: Exception | None = None
     stop = last
     start = 0
     while start < len(work) and work[start][0] <= stop:
         end, size = start, 0
-        while end < len(work) and end - start < ACKS0_JOB_ENTRIES and (end == start or size < ACKS0_JOB_BYTES):
-            size += len(work[end][3])
-            end += 1
-        chunk = work[start:end]
-        slots = [ctx.server.append_slot(t, p) for t, p in sorted({(t, p) for _, t, p, _ in chunk})]
-        taken = 0
+        slots: dict[tuple[str, int], asyncio.Lock] = {}
         try:
-            for slot in slots:
-                await slot.acquire()
-                taken += 1
+            while end < len(work) and work[end][0] <= stop and end - start < ACKS0_JOB_ENTRIES \
+                    and (end == start or size < ACKS0_JOB_BYTES):
+                key = (work[end][1], work[end][2])
+                if key not in slots:
+                    slot = ctx.server.append_slot(*key)
+                    if end > start and not _free(slot):
+                        break  # (the next job waits for it, holding nothing)
+                    await slot.acquire()  # (free: taken at once; the job's first: waited for, holding nothing)
+                    slots[key] = slot
+                size += len(work[end][3])
+                end += 1
+            chunk = work[start:end]
             got, stop, broke = await ctx.server.run_append(append_in_order, chunk, stop)
         finally:
-            for slot in slots[:taken]:
+            for slot in slots.values():
                 slot.release()
         results += got
         if broke is not None or len(got) < len(chunk):
@@ -273,6 +292,12 @@ async def _acks0_group(context_of: Callable[[int], RequestContext], requests: li
     refusals = [(topic, partition, outcome[0].name.upper()) for topic, partition, outcome in refused.get(failed_at, [])]
     closing = Acks0Failed(refusals + failures)  # (the failed request's: those refused here, then the job's)
     return [None] * failed_at + [closing] * (len(requests) - failed_at)
+
+
+def _free(slot: asyncio.Lock) -> bool:
+    """Whether `slot` is taken at once (its acquire() does not suspend): not held, and nobody waits for it."""
+    waiters = getattr(slot, "_waiters", None)  # (asyncio.Lock's own test in acquire())
+    return not slot.locked() and all(w.cancelled() for w in waiters or ())
 
 
 def _transactional(records: Any) -> bool:

@@ -24,6 +24,7 @@ from klog.server.dispatch import register
 from klog.server.groups import OFFSET_METADATA_MAX
 from klog.server.groups import _valid_group as valid_group_id
 from klog.server.limits import CLIENT_SHARE_DEFAULT, AddressShares, share_of
+from klog.store.names import INTERNAL_TOPICS
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
 CLUSTER = "kafka-cluster"
@@ -246,7 +247,10 @@ async def _add_partitions_one(ctx: RequestContext, coord: Any, tid: str, pid: in
     if not ctx.authorize("WRITE", "TRANSACTIONAL_ID", tid):
         return {tp: E.transactional_id_authorization_failed for tp in wanted}
     bad: dict[tuple[str, int], E] = {}
-    writable = {t: ctx.authorize("WRITE", "TOPIC", t) for t in {t for t, _ in wanted}}
+    # Kafka's KafkaApis: a client's (v0-v3) internal topics are left out of the topics it may write, whatever its
+    # ACLs (no client's transaction spans __consumer_offsets: its coordinator's own AddOffsetsToTxn names it)
+    writable = {t: not (ctx.api_version < 4 and t in INTERNAL_TOPICS) and ctx.authorize("WRITE", "TOPIC", t)
+                for t in {t for t, _ in wanted}}
     counts = await ctx.run_blocking(_partition_counts, ctx, {t for t, ok in writable.items() if ok})
     for topic, p in wanted:
         if not writable[topic]:
