@@ -496,7 +496,7 @@ def _describable_transactions(ctx: RequestContext) -> list[Any]:
     meta = TransactionsMeta(ctx.store.meta)
     with meta.db.txn() as txn:
         raws = [(tid, raw) for tid, raw in meta.db.items_raw(txn, meta.DB) if not tid.startswith("\0")]
-    return [TxnMetadata(**json.loads(raw)) for tid, raw in raws
+    return [TxnMetadata.from_doc(json.loads(raw)) for tid, raw in raws
             if ctx.authorize("DESCRIBE", "TRANSACTIONAL_ID", tid)]
 
 

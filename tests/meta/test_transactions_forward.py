@@ -27,6 +27,12 @@ def test_unknown_fields_are_left_out_by_every_loader(data_dir):
         assert meta.get("app-1").producer_id == 7
         assert [m.transactional_id for m in meta.all()] == ["app-1"]
         assert meta.pending_offsets("g") == {("t", 0)}
+        from types import SimpleNamespace
+
+        from klog.server.transactions import _describable_transactions
+
+        ctx = SimpleNamespace(store=store, authorize=lambda *_: True)  # (serve's ListTransactions)
+        assert [m.transactional_id for m in _describable_transactions(ctx)] == ["app-1"]
         saved = meta.apply("app-1", lambda m, _txn: m)
         assert saved.tps() == [("t", 0)]
     out = subprocess.run([sys.executable, "-m", "klog", "transactions", "list", "-d", data_dir],
