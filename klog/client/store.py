@@ -160,16 +160,18 @@ class Store(GroupAdminMethods):
 
     # -- topics ------------------------------------------------------------------------------
     def log_dir_ids(self) -> list[int]:
+        """The store's log directories as klog.json has them now (one stat when unchanged): another
+        process's `klog dirs add/remove` is seen by a long-running one (klog serve)."""
+        self.data_dir.refresh()
         return [d.id for d in self.data_dir.log_dirs]
 
     def healthy_log_dir_ids(self) -> list[int]:
         """The log directories new replicas may go to (a missing, read-only or full one may not), in
-        klog.json as it is now (one stat when unchanged: `klog dirs add/remove` in another process).
-        A placement holds data_dir.log_dirs_lock() (shared) from this look to the metadata write."""
+        klog.json as it is now (log_dir_ids). A placement holds data_dir.log_dirs_lock() (shared)
+        from this look to the metadata write."""
         from klog.broker.replication import dir_health
         from klog.store import health
 
-        self.data_dir.refresh()
         return [d for d in self.log_dir_ids() if dir_health(self, d) in (health.OK, health.REPLACED)]
 
     def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
