@@ -110,6 +110,8 @@ def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
                 move_replica(store, name, p, log_dir_id, choices[0].id, warn)
             except KlogError:
                 now = store.topics.get(name).partitions[p]
+                if choices[0].id in store.data_dir.removed_ids and now.move is None:
+                    continue  # its target removed meanwhile (another `dirs remove`): the next pass picks another
                 if log_dir_id in now.replicas or now.move is not None:
                     raise
                 continue  # moved off it meanwhile, by another process

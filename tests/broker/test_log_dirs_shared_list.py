@@ -153,3 +153,33 @@ def test_a_move_racing_the_removes_last_look_is_refused(cli, data_dir, monkeypat
     assert outcome == ["waited", f"log directory {target} was removed"], outcome
     assert target not in _replica_dirs(data_dir)
     _consistent(cli, data_dir)
+
+
+def test_two_removes_at_once_move_nothing_into_each_others_directory(cli, data_dir):
+    """`dirs remove 1` picks directory X for t-0; another process removes X before the move starts:
+    the move is refused, and the next pass puts t-0 in a directory still there."""
+    from klog.broker import replication
+
+    for name in ("disk1", "disk2", "disk3"):
+        assert cli("dirs", "add", os.path.join(data_dir, "..", name)).exit_code == 0
+    assert cli("topics", "create", "t", "-p", "1").exit_code == 0
+    with klog.open(data_dir) as store:
+        if store.topic("t").partitions[0].replicas != [1]:
+            store.reassign("t", store.topic("t").partitions[0].replicas[0], 1)
+    real = replication.move_replica
+    removed: list[int] = []
+
+    def remove_the_target_first(store, topic, partition, source, target, warn=None):  # noqa: ANN001, ANN202
+        if not removed:
+            with klog.open(data_dir) as other:
+                other.remove_dir(target)
+            removed.append(target)
+        return real(store, topic, partition, source, target, warn)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(replication, "move_replica", remove_the_target_first)
+        r = cli("dirs", "remove", "1")
+    assert r.exit_code == 0, r
+    [now] = _replica_dirs(data_dir)
+    assert now not in (1, *removed)
+    assert sorted(_consistent(cli, data_dir)) == sorted({0, 1, 2, 3} - {1, *removed})
