@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from klog.errors import DataDirError, UsageError
 from klog.store import health
 from klog.store.health import write_identity
+from klog.store.names import open_nofollow
 from klog.store.plain import Plain
 
 CONFIG_NAME = "klog.json"
@@ -155,10 +156,11 @@ class DataDir(Plain):
             finally:
                 self._held.depth -= 1
             return
+        lock_path = os.path.join(self.lock_dir, LOG_DIRS_LOCK)
         try:  # a descriptor of its own per hold: flock then excludes this process's other threads too
-            fd = os.open(os.path.join(self.lock_dir, LOG_DIRS_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)  # (as the partitions' lock files)
         except OSError as e:
-            raise DataDirError(f"cannot open {os.path.join(self.lock_dir, LOG_DIRS_LOCK)}: {e.strerror}") from None
+            raise DataDirError(f"cannot open {lock_path}: {e.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             self._held.depth, self._held.exclusive = 1, exclusive
