@@ -26,6 +26,7 @@ class LogDirInfo:
 
 
 def list_dirs(store: BrokerStore) -> list[LogDirInfo]:
+    store.data_dir.refresh()  # (klog.json as it is now: another process may have added or removed one)
     counts: dict[int, int] = {}
     leaders: dict[int, int] = {}
     for topic in store.list_topics():
@@ -78,12 +79,23 @@ def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
     from klog.broker.replication import move_replica, settle_move
 
     moved = 0
-    for _ in range(REMOVE_PASSES):
-        left = [(topic.name, p, pm) for topic in store.list_topics() for p, pm in enumerate(topic.partitions)
+
+    def replicas_in_dir() -> list:
+        return [(topic.name, p, pm) for topic in store.list_topics() for p, pm in enumerate(topic.partitions)
                 if log_dir_id in pm.replicas or (pm.move is not None and log_dir_id in pm.move)]
+
+    for _ in range(REMOVE_PASSES):
+        left = replicas_in_dir()
         if not left:
-            store.data_dir.remove_log_dir(log_dir_id)
-            return moved
+            # the last look and the forget under the log-dirs lock, exclusive: a placement in another
+            # process (a new topic's replicas, a move's target) holds it shared from its look at the
+            # list to its metadata write, so it is either seen here or sees the directory gone. (No
+            # partition lock is taken under it: move_replica takes this lock inside a partition's.)
+            with store.data_dir.log_dirs_lock(exclusive=True):
+                left = replicas_in_dir()
+                if not left:
+                    store.data_dir.remove_log_dir(log_dir_id)
+                    return moved
         others = [d for d in list_dirs(store) if d.id != log_dir_id and d.health == "ok"]
         for name, p, pm in left:
             if pm.move is not None:
@@ -98,6 +110,8 @@ def remove_dir(store: BrokerStore, log_dir_id: int, warn=None) -> int:
                 move_replica(store, name, p, log_dir_id, choices[0].id, warn)
             except KlogError:
                 now = store.topics.get(name).partitions[p]
+                if choices[0].id in store.data_dir.removed_ids and now.move is None:
+                    continue  # its target removed meanwhile (another `dirs remove`): the next pass picks another
                 if log_dir_id in now.replicas or now.move is not None:
                     raise
                 continue  # moved off it meanwhile, by another process

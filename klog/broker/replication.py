@@ -903,11 +903,17 @@ def move_replica(store: BrokerStore, topic: str, partition: int, source: int, ta
             raise KlogError(f"{topic}-{partition} has no replica in log directory {source}")
         if target in meta.replicas:
             raise KlogError(f"{topic}-{partition} already has a replica in log directory {target}")
-        if dir_health(store, target) != health.OK:
-            raise KlogError(f"log directory {target} is not healthy ({dir_health(store, target)})")
-        manager.moving = (topic, partition, source, target)
-        store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target],
-                                                                move=[source, target]))
+        # the target checked in klog.json as it is now, and the move recorded, under the log-dirs
+        # lock (shared; taken after the partition's): a `dirs remove` in another process forgets a
+        # directory only under it exclusive, after a last look finds no replica nor move naming it
+        with store.data_dir.log_dirs_lock():
+            if target in store.data_dir.removed_ids and not any(d.id == target for d in store.data_dir.log_dirs):
+                raise KlogError(f"log directory {target} was removed")
+            if dir_health(store, target) != health.OK:
+                raise KlogError(f"log directory {target} is not healthy ({dir_health(store, target)})")
+            manager.moving = (topic, partition, source, target)
+            store.topics.update_partition(topic, partition, replace(meta, replicas=[*meta.replicas, target],
+                                                                    move=[source, target]))
         manager._metadata_written(topic)
         faults.point("move-recorded")
         meta = manager.reconcile(topic, partition, part)  # catches the new replica up, then settles the move

@@ -160,10 +160,15 @@ class Store(GroupAdminMethods):
 
     # -- topics ------------------------------------------------------------------------------
     def log_dir_ids(self) -> list[int]:
+        """The store's log directories as klog.json has them now (one stat when unchanged): another
+        process's `klog dirs add/remove` is seen by a long-running one (klog serve)."""
+        self.data_dir.refresh()
         return [d.id for d in self.data_dir.log_dirs]
 
     def healthy_log_dir_ids(self) -> list[int]:
-        """The log directories new replicas may go to (a missing, read-only or full one may not)."""
+        """The log directories new replicas may go to (a missing, read-only or full one may not), in
+        klog.json as it is now (log_dir_ids). A placement holds data_dir.log_dirs_lock() (shared)
+        from this look to the metadata write."""
         from klog.broker.replication import dir_health
         from klog.store import health
 
@@ -186,8 +191,10 @@ class Store(GroupAdminMethods):
                 raise TopicExistsError(f"topic '{name}' already exists")
             if not adopt_folders and not exists:
                 self._refuse_leftover_folders(name, range(min(partitions, PARTITIONS_MAX)))
-            topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
-                                       exist_ok=exist_ok)
+            # (a `dirs remove` forgets a directory under the exclusive lock, after a last look at the metadata)
+            with self.data_dir.log_dirs_lock():
+                topic = self.topics.create(name, partitions, rf, configs or {}, self.healthy_log_dir_ids(),
+                                           exist_ok=exist_ok)
             self._topic_cache.pop(name, None)
         self.kafka_checkpoints_due = True
         return topic
@@ -226,7 +233,8 @@ class Store(GroupAdminMethods):
         topic = self.topics.get(name)
         if partitions is not None and partitions != len(topic.partitions):
             self._refuse_leftover_folders(name, range(len(topic.partitions), min(partitions, PARTITIONS_MAX)))
-            topic = self.topics.add_partitions(name, partitions, self.healthy_log_dir_ids())
+            with self.data_dir.log_dirs_lock():  # (as create_topic's placement)
+                topic = self.topics.add_partitions(name, partitions, self.healthy_log_dir_ids())
         if set_configs or delete_configs:
             topic = self.topics.update_configs(name, set_configs or {}, list(delete_configs))
         self.forget_topic(name)

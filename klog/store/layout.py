@@ -13,15 +13,23 @@ Kafka's 249-character limit) is shortened there: names.partition_file_stem.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import threading
+from collections.abc import Iterator
 
 from klog.errors import DataDirError, UsageError
 from klog.store import health
 from klog.store.health import write_identity
+from klog.store.names import open_nofollow
 from klog.store.plain import Plain
 
 CONFIG_NAME = "klog.json"
+# flock'ed while klog.json's list of log directories is changed (exclusive) or a replica is placed in
+# one of them (shared): in locks/, and no `<topic>-<partition>.lock` (no "-<number>" before ".lock")
+LOG_DIRS_LOCK = "log-dirs.lock"
 LAYOUT_VERSION = 1
 STORE_DEFAULTS = {
     # Kafka broker names, so users recognise them
@@ -108,6 +116,9 @@ class DataDir(Plain):
         self.path = path
         self.log_dirs = [] if log_dirs is None else log_dirs
         self.defaults = {} if defaults is None else defaults
+        self._loaded: tuple[int, int, int] | None = None  # klog.json's (inode, mtime_ns, size) as last read or written
+        self._held = threading.local()  # this thread's hold of the log-dirs lock: its depth
+        self.removed_ids: set[int] = set()  # directories this DataDir had, removed since (by any process)
 
     @property
     def meta_dir(self) -> str:
@@ -127,46 +138,109 @@ class DataDir(Plain):
                 return d.path if os.path.isabs(d.path) else os.path.join(self.path, d.path)
         raise DataDirError(f"log directory {log_dir_id} is not configured in {self.path}")
 
+    @contextlib.contextmanager
+    def log_dirs_lock(self, exclusive: bool = False) -> Iterator[None]:
+        """Hold the store's lock on its list of log directories (locks/log-dirs.lock, every process),
+        with this DataDir's list re-read from klog.json if another process changed it. Exclusive:
+        to change the list (add, remove, reidentify); shared: to place a replica in a directory of
+        it (a new topic's or partition's, a move's target), so that the directory cannot be
+        forgotten between the look and the metadata write naming it. Re-entrant within a thread (a
+        nested hold is the outer one; an exclusive one is not taken inside a shared one). Lock
+        order: a partition's lock before this one, never the other way round."""
+        depth = getattr(self._held, "depth", 0)
+        if depth:
+            assert not exclusive or self._held.exclusive, "log-dirs lock: exclusive asked inside a shared hold"
+            self._held.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._held.depth -= 1
+            return
+        lock_path = os.path.join(self.lock_dir, LOG_DIRS_LOCK)
+        try:  # a descriptor of its own per hold: flock then excludes this process's other threads too
+            fd = open_nofollow(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)  # (as the partitions' lock files)
+        except OSError as e:
+            raise DataDirError(f"cannot open {lock_path}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            self._held.depth, self._held.exclusive = 1, exclusive
+            try:
+                self.refresh()
+                yield
+            finally:
+                self._held.depth = 0
+        finally:
+            os.close(fd)  # (releases the flock)
+
+    def refresh(self) -> bool:
+        """Re-read the list of log directories (and the defaults) if klog.json changed since this
+        DataDir last read or wrote it: one stat when it did not. Returns whether it re-read."""
+        config_path = os.path.join(self.path, CONFIG_NAME)
+        try:
+            st = os.stat(config_path)
+        except OSError:
+            return False  # (gone or unreadable: keep what was loaded; open() says what is wrong)
+        if (st.st_ino, st.st_mtime_ns, st.st_size) == self._loaded:
+            return False
+        try:
+            with open(config_path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DataDirError(f"cannot read {config_path}: {e}") from None
+        fresh = self._from_doc(doc, config_path)
+        ids = {d.id for d in fresh.log_dirs}
+        self.removed_ids = (self.removed_ids | {d.id for d in self.log_dirs}) - ids
+        self.log_dirs, self.defaults = fresh.log_dirs, fresh.defaults
+        self._loaded = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return True
+
     def add_log_dir(self, path: str) -> LogDir:
         """Register another log directory (another disk); it must be empty or new."""
-        absolute = os.path.abspath(os.path.expanduser(path))
-        real = os.path.realpath(absolute)
-        for d in self.log_dirs:
-            existing = os.path.realpath(self.log_dir_path(d.id))
-            if existing == real:
-                raise DataDirError(f"{path} is already log directory {d.id}")
-            if _inside(real, existing) or _inside(existing, real):  # (one would list the other's folders)
-                raise UsageError(f"{path} overlaps log directory {d.id} ({existing}): give a directory "
-                                 "neither inside nor holding another")
-        root = os.path.realpath(self.path)
-        meta = os.path.join(root, "meta")
-        if real in (root, meta) or _inside(root, real) or _inside(real, meta):
-            raise UsageError(f"{path} holds or is inside the data directory's own files ({root}): "
-                             "give a directory of its own")
-        for name, what in ((CONFIG_NAME, "another klog store"), (health.ID_FILE, "another store's log directory"),
-                           ("meta.properties", "a Kafka log directory")):
-            if os.path.exists(os.path.join(real, name)):
-                raise UsageError(f"{path} is {what} (it has {name}): give an empty or new directory")
-        try:
-            _make_private_dir(absolute)
-        except OSError as e:
-            raise DataDirError(f"cannot create log directory {path}: {e.strerror}") from None
-        new = LogDir(max((d.id for d in self.log_dirs), default=-1) + 1, absolute, write_identity(absolute))
-        self.log_dirs.append(new)
-        self.save()
-        return new
+        with self.log_dirs_lock(exclusive=True):  # (the list as it is now, not as this process loaded it)
+            absolute = os.path.abspath(os.path.expanduser(path))
+            real = os.path.realpath(absolute)
+            for d in self.log_dirs:
+                existing = os.path.realpath(self.log_dir_path(d.id))
+                if existing == real:
+                    raise DataDirError(f"{path} is already log directory {d.id}")
+                if _inside(real, existing) or _inside(existing, real):  # (one would list the other's folders)
+                    raise UsageError(f"{path} overlaps log directory {d.id} ({existing}): give a directory "
+                                     "neither inside nor holding another")
+            root = os.path.realpath(self.path)
+            meta = os.path.join(root, "meta")
+            if real in (root, meta) or _inside(root, real) or _inside(real, meta):
+                raise UsageError(f"{path} holds or is inside the data directory's own files ({root}): "
+                                 "give a directory of its own")
+            for name, what in ((CONFIG_NAME, "another klog store"), (health.ID_FILE, "another store's log directory"),
+                               ("meta.properties", "a Kafka log directory")):
+                if os.path.exists(os.path.join(real, name)):
+                    raise UsageError(f"{path} is {what} (it has {name}): give an empty or new directory")
+            try:
+                _make_private_dir(absolute)
+            except OSError as e:
+                raise DataDirError(f"cannot create log directory {path}: {e.strerror}") from None
+            new = LogDir(max((d.id for d in self.log_dirs), default=-1) + 1, absolute, write_identity(absolute))
+            self.log_dirs = [*self.log_dirs, new]
+            self.save()
+            self.removed_ids = self.removed_ids - {new.id}
+            return new
 
     def reidentify(self, log_dir_id: int) -> None:
         """A replaced (new, empty) directory becomes the log dir: give it a fresh identity."""
-        for d in self.log_dirs:
-            if d.id == log_dir_id:
-                d.identity = write_identity(self.log_dir_path(d.id))
-        self.save()
+        with self.log_dirs_lock(exclusive=True):
+            dirs = [LogDir(d.id, d.path, d.identity) for d in self.log_dirs]
+            for d in dirs:
+                if d.id == log_dir_id:
+                    d.identity = write_identity(self.log_dir_path(d.id))
+            self.log_dirs = dirs
+            self.save()
 
     def remove_log_dir(self, log_dir_id: int) -> None:
-        self.log_dir_path(log_dir_id)  # raises if unknown
-        self.log_dirs = [d for d in self.log_dirs if d.id != log_dir_id]
-        self.save()
+        with self.log_dirs_lock(exclusive=True):
+            self.log_dir_path(log_dir_id)  # raises if unknown
+            self.log_dirs = [d for d in self.log_dirs if d.id != log_dir_id]
+            self.save()
+            self.removed_ids = self.removed_ids | {log_dir_id}
 
     def default(self, name: str) -> str:
         return self.defaults.get(name, STORE_DEFAULTS[name])
@@ -181,6 +255,8 @@ class DataDir(Plain):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.path, CONFIG_NAME))
+        st = os.stat(os.path.join(self.path, CONFIG_NAME))
+        self._loaded = (st.st_ino, st.st_mtime_ns, st.st_size)
 
     @classmethod
     def open(cls, path: str, create: bool = True, log_dirs: list[str] | None = None,
@@ -196,11 +272,13 @@ class DataDir(Plain):
             return cls._create(path, log_dirs)
         try:
             with open(config_path) as f:
+                st = os.fstat(f.fileno())
                 doc = json.load(f)
         except (OSError, ValueError) as e:
             raise DataDirError(f"cannot read {config_path}: {e}") from None
         data_dir = cls._from_doc(doc, config_path)
         data_dir.path = path
+        data_dir._loaded = (st.st_ino, st.st_mtime_ns, st.st_size)
         if not read_only:
             data_dir._ensure_dirs()
         return data_dir
