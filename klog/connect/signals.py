@@ -20,6 +20,7 @@ import os
 import re
 import select
 import socket
+import time
 from dataclasses import dataclass, field
 
 from klog.connect.config import java_regex
@@ -30,6 +31,10 @@ CHANNELS = ("source", "kafka", "jmx", "file", "in-process")
 # never held longer (a host that drops packets held it KLOG_CLUSTER_TIMEOUT at each read); the connection goes
 # on in the kernel until the next read, which takes it if it was made
 CONNECT_WAIT_S = 0.2
+# an address that takes the connection but whose client's first contact fails slowly (a TLS or SASL handshake,
+# a port that is not Kafka's, unanswered: KLOG_CLUSTER_TIMEOUT held): tried again only after a wait doubling
+# from the first to the second, not at each read
+SLOW_RETRY_S = (10.0, 120.0)
 
 
 @dataclass
@@ -190,6 +195,7 @@ class KafkaChannel:
         self.store = None
         self.reach = None if self.local else Reach(where.bootstrap)
         self.unreached: str | None = None  # why the cluster was not reached at the start (named in one warning)
+        self.retry_at, self.backoff, self.slow = 0.0, 0.0, ""  # a client's first contact that failed slowly
         try:
             self._reach()
             self._connect()
@@ -234,8 +240,19 @@ class KafkaChannel:
             self.store = Store(self._where, create=False, on_warning=self.warn)
         else:
             from klog.client.remote.store import RemoteStore
+            from klog.errors import KlogError, UsageError
 
-            self.store = RemoteStore(self._where, on_warning=self.warn)
+            if time.monotonic() < self.retry_at:
+                raise KlogError(self.slow)  # (the same text: the task names it once)
+            started = time.monotonic()
+            try:
+                self.store = RemoteStore(self._where, on_warning=self.warn)
+            except KlogError as e:
+                if not isinstance(e, UsageError) and time.monotonic() - started > 2 * CONNECT_WAIT_S:
+                    self.backoff = min(max(2 * self.backoff, SLOW_RETRY_S[0]), SLOW_RETRY_S[1])
+                    self.retry_at, self.slow = time.monotonic() + self.backoff, str(e)
+                raise
+            self.backoff = 0.0
 
     def _once(self, what: str, message: str) -> None:
         if what not in self.told:
@@ -431,7 +448,7 @@ class Reach:
         self.close()
         self.refused, self.errors = 0, []
         for server in self.servers:
-            host, _, port = server.rpartition(":")
+            host, _, port = server.rpartition("://")[2].rpartition(":")  # (librdkafka's PROTOCOL://host:port)
             try:
                 family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port),
                                                                      type=socket.SOCK_STREAM)[0]
@@ -460,8 +477,6 @@ class Reach:
 
     def _settle(self, wait: float) -> bool:
         """Wait at most `wait` for the pending connections: True when one was made (all closed then)."""
-        import time
-
         deadline = time.monotonic() + wait
         while self.pending:
             ready = select.select([], list(self.pending), [], max(0.0, deadline - time.monotonic()))[1]

@@ -105,3 +105,36 @@ def test_a_read_waits_a_short_bound_for_a_silent_cluster_and_bad_properties_stil
     finally:
         for s in [listener, *fillers]:
             s.close()
+
+
+@pytest.mark.slow
+def test_an_address_that_takes_connections_but_never_answers_is_tried_again_after_a_wait(monkeypatch):
+    """An address that takes the TCP connection and answers nothing on it (a port that is not Kafka's, a
+    handshake that hangs): the client's first contact fails after KLOG_CLUSTER_TIMEOUT; it is not made again
+    at each read (each read held the stream that long), but after a wait, the reads meanwhile failing at once
+    with the same message (the task names it once)."""
+    from klog.connect import signals
+
+    monkeypatch.setenv("KLOG_CLUSTER_TIMEOUT", "1")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # (never accepted: the kernel takes the connections, nothing answers on them)
+    port = listener.getsockname()[1]
+    warnings: list[str] = []
+    try:
+        channel = signals.KafkaChannel({"signal.kafka.bootstrap.servers": f"127.0.0.1:{port}"}, "shop", "pg",
+                                       warnings.append)
+        try:
+            assert len(warnings) == 1 and "within 1 s" in warnings[0], warnings
+            started = time.monotonic()
+            messages = set()
+            for _ in range(5):
+                with pytest.raises(Exception, match="cannot reach") as e:
+                    channel.read()
+                messages.add(str(e.value))
+            assert time.monotonic() - started < 2.5
+            assert len(messages) == 1 and channel.unreached in messages, messages
+        finally:
+            channel.close()
+    finally:
+        listener.close()
