@@ -14,14 +14,27 @@ task), with `additional-conditions` (`[{"data-collection": ..., "filter": ...}]`
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import select
+import socket
+import time
 from dataclasses import dataclass, field
 
 from klog.connect.config import java_regex
 from klog.connect.errors import ConfigError
 
 CHANNELS = ("source", "kafka", "jmx", "file", "in-process")
+# how long a read of the kafka channel waits for its cluster's TCP connection: the streaming loop it sits in is
+# never held longer (a host that drops packets held it KLOG_CLUSTER_TIMEOUT at each read); the connection goes
+# on in the kernel until the next read, which takes it if it was made
+CONNECT_WAIT_S = 0.2
+# an address that takes the connection but whose client's first contact fails slowly (a TLS or SASL handshake,
+# a port that is not Kafka's, unanswered: KLOG_CLUSTER_TIMEOUT held): tried again only after a wait doubling
+# from the first to the second, not at each read
+SLOW_RETRY_S = (10.0, 120.0)
 
 
 @dataclass
@@ -180,14 +193,24 @@ class KafkaChannel:
         self.local = isinstance(where, str)
         self._where = where
         self.store = None
+        self.reach = None if self.local else Reach(where.bootstrap)
+        self.unreached: str | None = None  # why the cluster was not reached at the start (named in one warning)
+        self.retry_at, self.backoff, self.slow = 0.0, 0.0, ""  # a client's first contact that failed slowly
         try:
+            self._reach()
             self._connect()
         except KlogError as e:
             if self.local or isinstance(e, UsageError):  # (no store there, a client property librdkafka refused)
                 raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e)) from None
+            try:  # (not reached: the client's properties checked all the same, with no wait on the cluster)
+                _check_client(where)
+            except UsageError as e2:
+                self.reach.close()
+                raise ConfigError("signal.kafka.bootstrap.servers", servers, str(e2)) from None
             # a cluster not up (yet): the connector starts, and the channel reaches it at a later read, as
             # Debezium's KafkaConsumer, which connects at its first poll (refused here at the start, a connector
             # started before its signal cluster failed for good)
+            self.unreached = str(e)
             warn(f"{self.where}: the kafka signal channel cannot reach signal.kafka.bootstrap.servers ({e}); "
                  f"tried again at each read")
         self.consumer = None
@@ -198,6 +221,17 @@ class KafkaChannel:
         self.seen: dict[tuple[str, int], int] = {}
         self.told: set[str] = set()  # what was warned of once
 
+    def _reach(self) -> None:
+        """A cluster's address answering (a TCP connection made), waited for CONNECT_WAIT_S at most; KlogError:
+        not now (a client's first contact would wait KLOG_CLUSTER_TIMEOUT for an address that answers nothing,
+        holding the stream)."""
+        if self.reach is not None:
+            why = self.reach.check(CONNECT_WAIT_S)
+            if why is not None:
+                from klog.errors import KlogError
+
+                raise KlogError(f"cannot reach Kafka cluster at {self._where.label}: {why}")
+
     def _connect(self) -> None:
         """The store or cluster of signal.kafka.bootstrap.servers opened (KlogError: not now)."""
         if self.local:
@@ -206,8 +240,19 @@ class KafkaChannel:
             self.store = Store(self._where, create=False, on_warning=self.warn)
         else:
             from klog.client.remote.store import RemoteStore
+            from klog.errors import KlogError, UsageError
 
-            self.store = RemoteStore(self._where, on_warning=self.warn)
+            if time.monotonic() < self.retry_at:
+                raise KlogError(self.slow)  # (the same text: the task names it once)
+            started = time.monotonic()
+            try:
+                self.store = RemoteStore(self._where, on_warning=self.warn)
+            except KlogError as e:
+                if not isinstance(e, UsageError) and time.monotonic() - started > 2 * CONNECT_WAIT_S:
+                    self.backoff = min(max(2 * self.backoff, SLOW_RETRY_S[0]), SLOW_RETRY_S[1])
+                    self.retry_at, self.slow = time.monotonic() + self.backoff, str(e)
+                raise
+            self.backoff = 0.0
 
     def _once(self, what: str, message: str) -> None:
         if what not in self.told:
@@ -247,8 +292,12 @@ class KafkaChannel:
         left out, as is a topic that does not exist yet (looked for again at the next read)."""
         # (a local store's topic looked for at each read: a cluster deletes the group's offsets with the topic,
         # and asking it while it is down would hold the stream for its metadata timeout)
+        if self.store is None or (self.consumer is None and not self.local):
+            # (a cluster not up at the start, or one whose consumer is made again: its address answering first,
+            # its client's lookups would wait KLOG_CLUSTER_TIMEOUT; KlogError: named, read again later)
+            self._reach()
         if self.store is None:
-            self._connect()  # (a cluster that was not up at the start; KlogError: named, read again later)
+            self._connect()
         if self.consumer is not None and self.local and not self._same_topic():
             self._topic_deleted()
         if self.consumer is None:
@@ -358,5 +407,98 @@ class KafkaChannel:
                 if self.consumer is not None:
                     self.consumer.close()
         finally:
+            if self.reach is not None:
+                self.reach.close()
             if self.store is not None:
                 self.store.close()
+
+
+def _check_client(where) -> None:  # noqa: ANN001 - a ClusterTarget
+    """The cluster client's properties checked as RemoteStore's client takes them, with no wait on the cluster:
+    UsageError names one librdkafka refuses (a cluster client started is not contacted before it is used)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from klog.client.remote.errors import config_error
+
+    try:
+        AdminClient(where.client_config(**{"allow.auto.create.topics": False}))
+    except (KafkaException, ValueError, TypeError) as e:
+        raise config_error(e) from None
+
+
+class Reach:
+    """Whether a cluster's bootstrap addresses answer, asked by non-blocking TCP connections: check() waits at
+    most its bound for them; one not made by then goes on in the kernel and is looked at by the next check
+    (made: the cluster answers; else made again), so an address that answers nothing (a dead or firewalled host)
+    never holds the caller longer than the bound, and no thread is needed. (A host name is resolved at each
+    check, as a client resolves it.)"""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
+        self.pending: dict[socket.socket, str] = {}  # a connection under way: its address
+        self.refused = 0
+        self.errors: list[str] = []
+
+    def check(self, wait: float) -> str | None:
+        """None: an address took a connection (closed at once); else why none did: refused by each, or no
+        answer within `wait` (the connections left pending for the next check), or the first error."""
+        if self.pending and self._settle(0):  # (a connection made since the last check)
+            return None
+        self.close()
+        self.refused, self.errors = 0, []
+        for server in self.servers:
+            host, _, port = server.rpartition("://")[2].rpartition(":")  # (librdkafka's PROTOCOL://host:port)
+            try:
+                family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port),
+                                                                     type=socket.SOCK_STREAM)[0]
+                s = socket.socket(family, kind, proto)
+            except (OSError, ValueError) as e:
+                self.errors.append(f"{server}: {e}")
+                continue
+            s.setblocking(False)
+            code = s.connect_ex(address)
+            if code == 0:
+                s.close()
+                self.close()
+                return None
+            if code in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
+                self.pending[s] = server
+            else:
+                s.close()
+                self._failed(server, code)
+        if self._settle(wait):
+            return None
+        if self.pending:
+            return f"no answer within {wait:g} s"
+        if self.refused == len(self.servers):
+            return "connection refused (nothing listens there)"
+        return "; ".join(self.errors)
+
+    def _settle(self, wait: float) -> bool:
+        """Wait at most `wait` for the pending connections: True when one was made (all closed then)."""
+        deadline = time.monotonic() + wait
+        while self.pending:
+            ready = select.select([], list(self.pending), [], max(0.0, deadline - time.monotonic()))[1]
+            if not ready:
+                return False
+            for s in ready:
+                code = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                server = self.pending.pop(s)
+                s.close()
+                if code == 0:
+                    self.close()
+                    return True
+                self._failed(server, code)
+        return False
+
+    def _failed(self, server: str, code: int) -> None:
+        if code == errno.ECONNREFUSED:
+            self.refused += 1
+        else:
+            self.errors.append(f"{server}: {os.strerror(code)}")
+
+    def close(self) -> None:
+        for s in self.pending:
+            s.close()
+        self.pending = {}

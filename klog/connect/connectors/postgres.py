@@ -694,8 +694,10 @@ class PostgresTask(SourceTask):
         # signals acted on whose progress the worker has not stored yet: their offsets are committed by commit(),
         # which the worker calls once it stored the task's offsets (committed before, a kill in between lost them)
         self.kafka_unstored = False
+        self.kafka_failed: str | None = None  # the last read's failure, named once (not at each read)
         if "kafka" in channels:
             self.kafka = signals.KafkaChannel(self.props, self.prefix, self.context.connector_name, self.context.warn)
+            self.kafka_failed = self.kafka.unreached  # (a cluster not reached at the start: named already)
         self.signal_table: tuple[str, str] | None = None
         # the signal table: the source channel's, and where an incremental snapshot's watermarks are written
         # (as Debezium's, whatever channel asked for it)
@@ -769,9 +771,13 @@ class PostgresTask(SourceTask):
             try:
                 got = self.kafka.read()
             except Exception as e:  # noqa: BLE001 - the cluster unreachable, the group fenced: read again later
-                self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel failed "
-                                  f"({_first_line(e)}); read again in {self.c['signal.poll.interval.ms']} ms")
+                if _first_line(e) != self.kafka_failed:  # (a cluster down for hours: one warning, not one a read)
+                    self.kafka_failed = _first_line(e)
+                    self.context.warn(f"connector '{self.context.connector_name}': the kafka signal channel failed "
+                                      f"({self.kafka_failed}); read again every {self.c['signal.poll.interval.ms']} "
+                                      "ms (named again if it fails otherwise)")
                 return False
+            self.kafka_failed = None
         if not got:
             if not self.kafka_unstored:
                 self._kafka_commit()  # (what was read: ignored records)
