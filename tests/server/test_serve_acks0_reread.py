@@ -29,6 +29,27 @@ def _produce_acks1(client: RawClient, topic: str, partition: int, value: bytes) 
     return code, time.monotonic() - started
 
 
+def _partition_1_stuck(kafka_server, monkeypatch, calls: list | None = None):  # noqa: ANN001, ANN202
+    """Partition 1's acks=all appends stuck on a "slow disk" until the returned gate is set: (stuck, gate,
+    partition 0's slot); `calls` collects every append's (partition, acks)."""
+    kafka_server.store.create_topic("t", 2)
+    monkeypatch.setattr(kafka_server, "begin_append_on_loop", lambda *args: None)  # (every append in a thread)
+    appender = kafka_server.appender
+    real = appender.append
+    stuck, gate = threading.Event(), threading.Event()
+
+    def slow_disk(topic, partition, records, acks, *args):  # noqa: ANN001, ANN002, ANN202
+        if calls is not None:
+            calls.append((partition, acks))
+        if partition == 1 and acks == "all":
+            stuck.set()
+            gate.wait(20)  # (released by the test, bounded anyway)
+        return real(topic, partition, records, acks, *args)
+
+    monkeypatch.setattr(appender, "append", slow_disk)
+    return stuck, gate, kafka_server.append_slot("t", 0)
+
+
 @pytest.mark.slow
 def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(kafka_server, monkeypatch):
     """A burst of acks=0 requests for partitions 0 and 1, while partition 1's append is stuck (a slow disk
@@ -36,22 +57,8 @@ def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(ka
     once. The burst's job took partition 0's slot first and held it while it waited for partition 1's,
     so the other produce waited for the slow disk of a partition it never named (as a lone acks=0
     request of partition 0, then one of partition 1, never did)."""
-    kafka_server.store.create_topic("t", 2)
-    monkeypatch.setattr(kafka_server, "begin_append_on_loop", lambda *args: None)  # (every append in a thread)
-    appender = kafka_server.appender
-    real = appender.append
-    stuck, gate = threading.Event(), threading.Event()
     calls: list[tuple[int, str]] = []
-
-    def slow_disk(topic, partition, records, acks, *args):
-        calls.append((partition, acks))
-        if partition == 1 and acks == "all":
-            stuck.set()
-            gate.wait(20)  # (released by the test, bounded anyway)
-        return real(topic, partition, records, acks, *args)
-
-    monkeypatch.setattr(appender, "append", slow_disk)
-    slot0 = kafka_server.append_slot("t", 0)
+    stuck, gate, slot0 = _partition_1_stuck(kafka_server, monkeypatch, calls)
     try:
         with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as slow, \
                 socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as burst, \
@@ -89,20 +96,7 @@ def test_a_multi_partition_append_waiting_for_a_slow_partition_holds_no_other_pa
     requests of one partition each (librdkafka's, appended together): partition 0's slot was taken, then
     held while partition 1's was waited for. Kafka appends a request's partitions one after another, each
     under its own lock: it never holds one while it waits for another."""
-    kafka_server.store.create_topic("t", 2)
-    monkeypatch.setattr(kafka_server, "begin_append_on_loop", lambda *args: None)
-    appender = kafka_server.appender
-    real = appender.append
-    stuck, gate = threading.Event(), threading.Event()
-
-    def slow_disk(topic, partition, records, acks, *args):
-        if partition == 1 and acks == "all":
-            stuck.set()
-            gate.wait(20)
-        return real(topic, partition, records, acks, *args)
-
-    monkeypatch.setattr(appender, "append", slow_disk)
-    slot0 = kafka_server.append_slot("t", 0)
+    stuck, gate, slot0 = _partition_1_stuck(kafka_server, monkeypatch)
     try:
         with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as slow, \
                 socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as burst, \
