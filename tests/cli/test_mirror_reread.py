@@ -19,17 +19,23 @@ def _dest_values(path: str) -> list[bytes]:
         return [r.value for r in store.consumer("t", isolation_level="read_committed", merge=False)]
 
 
-@pytest.mark.parametrize("exactly_once", [False, True])
-def test_a_stop_in_the_middle_of_sending_a_poll_loses_none_of_its_records(tmp_path, monkeypatch, exactly_once):
-    """The consumer's positions pass a poll's records before they are sent; a stop while sending them
-    checkpointed those positions: the rerun skipped the records not yet sent (lost for good)."""
+def _source(tmp_path, count: int) -> tuple[str, str, list[bytes]]:  # noqa: ANN001
+    """(src, dst, values): a store src whose one-partition topic t holds `count` values."""
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
-    values = [str(i).encode() for i in range(1000)]
+    values = [str(i).encode() for i in range(count)]
     with klog.open(src) as store:
         store.create_topic("t", partitions=1)
         with store.producer() as producer:
             for v in values:
                 producer.send("t", v)
+    return src, dst, values
+
+
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_stop_in_the_middle_of_sending_a_poll_loses_none_of_its_records(tmp_path, monkeypatch, exactly_once):
+    """The consumer's positions pass a poll's records before they are sent; a stop while sending them
+    checkpointed those positions: the rerun skipped the records not yet sent (lost for good)."""
+    src, dst, values = _source(tmp_path, 1000)
     send = mirror_module._send_local
 
     def stopped_halfway(producer, topic, partition, records):  # noqa: ANN001 - a signal arrives mid-send
@@ -93,13 +99,7 @@ def test_a_copy_whose_source_stops_answering_is_an_error_not_a_short_copy(tmp_pa
     was copied is checkpointed, and the rerun copies the rest."""
     from klog.errors import KlogError
 
-    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
-    values = [str(i).encode() for i in range(100)]
-    with klog.open(src) as store:
-        store.create_topic("t", partitions=1)
-        with store.producer() as producer:
-            for v in values:
-                producer.send("t", v)
+    src, dst, values = _source(tmp_path, 100)
     poll = mirror_module._poll
     monkeypatch.setattr(mirror_module, "_poll", lambda consumer: [])  # the source stops answering
     monkeypatch.setattr(mirror_module, "IDLE_DONE_S", 0.3)
