@@ -282,6 +282,13 @@ class StableView:
         # listing (settled: a change after that look got another change time); None: unknown
         self._folder: tuple[int, int, bool] | None = None
         self._looked_until = 0.0  # (time.monotonic) known_lso trusts the folder unchanged until then
+        # the saved walk (txn_cache): per segment walked whole, (inode, size, when the refresh that
+        # finished it began, when the refresh that read its .txnindex began); the state at the end
+        # of the last sealed one, to save when the refresh ends; the last segment the file covers
+        self._sealed: dict[int, tuple[int, int, int, int]] = {}
+        self._entered: dict[int, int] = {}
+        self._to_save: tuple | None = None
+        self._saved_base = -1
 
     def _add_aborted(self, entry: AbortedTxn) -> None:
         key = (entry.producer_id, entry.last_offset)
@@ -304,6 +311,9 @@ class StableView:
                 ranges.remove((entry.first_offset, entry.last_offset))
             del self.aborted_txns[:cut]
         self._indexed = {b for b in self._indexed if b >= log_start_base}
+        for kept in (self._sealed, self._entered):
+            for base in [b for b in kept if b < log_start_base]:
+                del kept[base]
 
     def _folder_look(self) -> tuple[int, int, bool] | None:
         """The folder's (inode, change time) now, and whether that change time is settled (a
@@ -360,6 +370,7 @@ class StableView:
     def refresh(self, bound: int) -> int:
         """Walk the batches below `bound` not walked yet; returns the last stable offset."""
         replica = self.replica
+        began = time.time_ns()
         folder = self._folder_look()  # (before the listing: a change after it gets another change time)
         replica.refresh_segments()
         seen = self._folder
@@ -381,9 +392,12 @@ class StableView:
         self._front = bases[0]
         if self._scan_base is None:
             self._scan_base = bases[0]
+            if not self._walked and not self.tracker.open and not self.aborted_txns:
+                self._load_saved(bases, bound, began)
         self._skip_absent_indexes(bases)
         while True:
             base = self._scan_base
+            self._entered.setdefault(base, began)
             segment = replica.segments[base]
             try:
                 # One file for the walk: a cleaner's swap meanwhile would put the rewritten file
@@ -412,10 +426,60 @@ class StableView:
                 break
             if self._scan_pos != size:
                 self._walk_cut(segment, bound)
+            self._sealed[base] = (inode, size, began, self._entered.get(base, began))
+            if at == len(bases) - 1 and base > self._saved_base and not self._unconfirmed:
+                # (into the active segment: the state at the end of the last sealed one, to save)
+                self._to_save = (base, self._next_offset, dict(self.tracker.open), list(self.aborted_txns))
             self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
         self._folder, self._looked_until = folder, 0.0
+        if self._to_save is not None:
+            self._save(bases)
         return self._lso
+
+    def _cache_path(self) -> str | None:
+        """The partition's saved walk (txn_cache), if the replica belongs to a store's Partition."""
+        return getattr(self.replica, "txn_view_path", None)
+
+    def _load_saved(self, bases: list[int], bound: int, began: int) -> None:
+        """A fresh view: start where the saved walk ended, if it is provably this log's (txn_cache)."""
+        path = self._cache_path()
+        if path is None:
+            return
+        from klog.store import txn_cache
+
+        saved = txn_cache.load(path, self.replica, bases, bound)
+        if saved is None:
+            return
+        self.tracker.open = dict(saved.open)
+        for entry in saved.aborted:
+            self._add_aborted(entry)
+        self._prune(bases[0])
+        self._walked = {b: inode for b, (inode, _) in saved.segments.items()}
+        self._indexed = set(saved.segments)
+        # (unchanged since a refresh before this one walked them: as if walked whole by this one)
+        self._sealed = {b: (inode, size, began, began) for b, (inode, size) in saved.segments.items()}
+        base, inode, size = saved.last
+        self._scan_base, self._scan_pos, self._scan_ino = base, size, inode
+        self._next_offset = saved.next_offset
+        self._saved_base = base
+
+    def _save(self, bases: list[int]) -> None:
+        """Save the state the walk had at the end of its last sealed segment (txn_cache): once per
+        refresh that walked past more sealed segments than the file covers (a first walk, a roll)."""
+        last, next_offset, open_txns, aborted = self._to_save
+        self._to_save = None
+        path = self._cache_path()
+        if path is None:
+            return
+        from klog.store import txn_cache
+
+        sealed = self._sealed
+        covered = bases[:bisect.bisect_right(bases, last)]
+        if not covered or any(b not in sealed for b in covered):
+            return  # (walked partly before a prune, or started from a saved walk that is gone)
+        if txn_cache.save(path, self.replica, [(b, *sealed[b]) for b in covered], next_offset, open_txns, aborted):
+            self._saved_base = last
 
     def _skip_absent_indexes(self, bases: list[int]) -> None:
         """Take as read the `.txnindex` of the sealed segments ahead of the walk that have none, from
