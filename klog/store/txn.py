@@ -222,6 +222,9 @@ def batch_event(read, pos: int, header, path: str | None = None) -> int | None: 
     return None
 
 
+# a view saves its walk (txn_cache) once it walked this many offsets past the saved one: a first walk
+# of a long log saves, a walk of a few batches does not (a file write per refresh)
+SAVE_AFTER_OFFSETS = 10_000
 INDEX_LISTING_AHEAD = 16  # segments ahead of a walk from which one listing beats a failed open each
 # the `.log` files the event loop looks at (an lstat each) to trust a read_committed view whose
 # folder changed just before its last refresh (a roll, a new topic); more: the thread pool refreshes
@@ -287,8 +290,8 @@ class StableView:
         # of the last sealed one, to save when the refresh ends; the last segment the file covers
         self._sealed: dict[int, tuple[int, int, int, int]] = {}
         self._entered: dict[int, int] = {}
-        self._to_save: tuple | None = None
-        self._saved_base = -1
+        self._last: tuple[int, int, BatchHeader] | None = None  # (segment, position, header) of the last batch walked
+        self._saved_offset = 0  # where the saved walk this view loaded or wrote ended
 
     def _add_aborted(self, entry: AbortedTxn) -> None:
         key = (entry.producer_id, entry.last_offset)
@@ -427,13 +430,10 @@ class StableView:
             if self._scan_pos != size:
                 self._walk_cut(segment, bound)
             self._sealed[base] = (inode, size, began, self._entered.get(base, began))
-            if at == len(bases) - 1 and base > self._saved_base and not self._unconfirmed:
-                # (into the active segment: the state at the end of the last sealed one, to save)
-                self._to_save = (base, self._next_offset, dict(self.tracker.open), list(self.aborted_txns))
             self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
         self._folder, self._looked_until = folder, 0.0
-        if self._to_save is not None:
+        if self._next_offset - self._saved_offset >= SAVE_AFTER_OFFSETS and not self._unconfirmed:
             self._save(bases)
         return self._lso
 
@@ -459,27 +459,33 @@ class StableView:
         self._indexed = set(saved.segments)
         # (unchanged since a refresh before this one walked them: as if walked whole by this one)
         self._sealed = {b: (inode, size, began, began) for b, (inode, size) in saved.segments.items()}
-        base, inode, size = saved.last
-        self._scan_base, self._scan_pos, self._scan_ino = base, size, inode
-        self._next_offset = saved.next_offset
-        self._saved_base = base
+        base, inode, position = saved.last[:3]
+        self._walked[base] = inode
+        self._indexed.add(base)
+        self._scan_base, self._scan_pos, self._scan_ino = base, position, inode
+        self._next_offset = self._saved_offset = saved.next_offset
 
     def _save(self, bases: list[int]) -> None:
-        """Save the state the walk had at the end of its last sealed segment (txn_cache): once per
-        refresh that walked past more sealed segments than the file covers (a first walk, a roll)."""
-        last, next_offset, open_txns, aborted = self._to_save
-        self._to_save = None
+        """Save the state the walk reached (txn_cache), once it walked SAVE_AFTER_OFFSETS offsets
+        past the saved one: a first walk of a long log, then now and then as the log grows."""
         path = self._cache_path()
-        if path is None:
-            return
+        last = self._last
+        base = self._scan_base
+        if path is None or last is None or last[0] != base or not self._scan_pos:
+            return  # (nothing walked in the segment the walk is in yet: the next refresh)
         from klog.store import txn_cache
 
         sealed = self._sealed
-        covered = bases[:bisect.bisect_right(bases, last)]
-        if not covered or any(b not in sealed for b in covered):
-            return  # (walked partly before a prune, or started from a saved walk that is gone)
-        if txn_cache.save(path, self.replica, [(b, *sealed[b]) for b in covered], next_offset, open_txns, aborted):
-            self._saved_base = last
+        covered = bases[:bisect.bisect_left(bases, base)]
+        if any(b not in sealed for b in covered):
+            return  # (walked partly before a prune)
+        position, header = last[1], last[2]
+        if position + header.size != self._scan_pos:
+            return
+        if txn_cache.save(path, self.replica, [(b, *sealed[b]) for b in covered],
+                          (base, self._scan_ino, self._scan_pos, position, header.base_offset, header.crc),
+                          self._next_offset, self.tracker.open, self.aborted_txns):
+            self._saved_offset = self._next_offset
 
     def _skip_absent_indexes(self, bases: list[int]) -> None:
         """Take as read the `.txnindex` of the sealed segments ahead of the walk that have none, from
@@ -536,6 +542,7 @@ class StableView:
                     self._scan_pos = pos + header.size
                     self._next_offset = header.next_offset
                     last = (pos, header)
+                    self._last = (base, pos, header)
             except CorruptLogError:
                 if not self._past_length_damage(segment, opened, size, last):
                     raise

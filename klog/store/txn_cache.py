@@ -1,22 +1,23 @@
-"""read_committed's walk, saved: the state StableView reached at the end of a replica's last sealed
-segment it walked, so that the next process walks only what follows (Kafka's producer-state
-snapshots play this part for its ProducerStateManager).
+"""read_committed's walk, saved: the state StableView reached (open transactions, aborted ranges),
+so that the next process walks only the batches that follow, not every batch header of the
+partition (Kafka's producer-state snapshots play this part for its ProducerStateManager).
 
 One file per partition in the data directory's state/ (`<topic>-<partition>.txnview`, beside the
 `.state` file; never in the log folder, where a new name would make every writer's open list the
-folder again, and which may be handed to Kafka). Written by readers only (a refresh whose walk went
-past more sealed segments than the file covers), atomically (a temporary file renamed over it),
-never fsynced: it is never required. It is taken only when every segment it covers is provably the
-file the walk read: the replica folder (path, inode), each covered `.log` (inode, size, change time:
-the change time was already settled when the walk began, so the file has not been written since it
-was walked) and each covered `.txnindex` (present or not; inode, size, change time). Anything else,
-a cleaner's swap, a truncation, a damaged, short or foreign file, another format, and the view walks
-everything as before. Segments it covers that retention deleted from the front are pruned, as the
-view prunes them in a process.
+folder again, and which may be handed to Kafka). Written by readers only (a refresh that walked
+SAVE_AFTER_OFFSETS offsets past the saved walk), atomically (a temporary file renamed over it),
+never fsynced: it is never required. It is taken only when every file it covers is provably the
+file the walk read: the replica folder (path, inode); each sealed segment walked whole, its `.log`
+(inode, size, change time: a change time settled before the refresh that walked it, so the file was
+not written since) and its `.txnindex` (present or not; inode, size, change time); the segment the
+walk was in (inode, at least the size walked, and the last batch walked still where it was: base
+offset, CRC). Anything else, a segment added among them, a cleaner's swap, a truncation, a damaged,
+short or foreign file, another format, and the view walks everything as before (and saves again).
+Segments it covers that retention deleted from the front are pruned, as the view prunes them.
 
 Format (version 1, big-endian): b"KTXV", version u16, CRC32 of what follows u32, then the length
 u32 of a JSON document (folder, its inode, the offset the walk reached, the open transactions, the
-covered segments), then the aborted ranges as `.txnindex` entries (34 bytes each)."""
+segments), then the aborted ranges as `.txnindex` entries (34 bytes each)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import json
 import os
 import struct
 import zlib
+from bisect import bisect_right
 
 from klog.store.format import LOG_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from klog.store.names import join_name, open_nofollow
@@ -55,10 +57,12 @@ def _file_key(st: os.stat_result) -> list[int]:
 
 
 def encode(folder: str, folder_ino: int, next_offset: int, open_txns: dict[int, int], aborted: list,
-           segments: list[list]) -> bytes:
-    """segments: [base, [ino, size, ctime], [ino, size, ctime] of its .txnindex or None] in order."""
+           segments: list[list], last: list[int]) -> bytes:
+    """segments: [base, [ino, size, ctime], [ino, size, ctime] of its .txnindex or None] of the
+    sealed segments walked whole, in order; last: the segment the walk is in (base, inode, position
+    reached, and the position, base offset and CRC of the last batch it walked there)."""
     doc = json.dumps({"folder": folder, "folder_ino": folder_ino, "next_offset": next_offset,
-                      "open": sorted(open_txns.items()), "segments": segments},
+                      "open": sorted(open_txns.items()), "segments": segments, "last": last},
                      separators=(",", ":")).encode()
     body = struct.pack(">I", len(doc)) + doc + b"".join(a.pack() for a in aborted)
     return _HEAD.pack(MAGIC, VERSION, zlib.crc32(body), 0)[:-4] + body
@@ -83,6 +87,9 @@ def decode(data: bytes) -> dict | None:
         doc["open"] = {int(p): int(f) for p, f in doc["open"]}
         doc["segments"] = [(int(b), [int(x) for x in log], None if idx is None else [int(x) for x in idx])
                            for b, log, idx in doc["segments"]]
+        doc["last"] = [int(x) for x in doc["last"]]
+        if len(doc["last"]) != 6:
+            return None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     aborted = []
@@ -118,28 +125,23 @@ def load(path: str, replica, bases: list[int], bound: int) -> Saved | None:  # n
     if data is None:
         return None
     doc = decode(data)
-    if doc is None or doc["folder"] != replica.directory or doc["next_offset"] > bound or not doc["segments"]:
+    if doc is None or doc["folder"] != replica.directory or doc["next_offset"] > bound or not bases:
         return None
     try:
         if os.lstat(replica.directory).st_ino != doc["folder_ino"]:
             return None
     except OSError:
         return None
-    covered = doc["segments"]
-    last_base = covered[-1][0]
-    front = bases[0] if bases else None
-    kept = [s for s in covered if front is not None and s[0] >= front]
-    if not kept or kept[-1][0] != last_base:
-        return None
-    # the segments there are now, up to the last covered one, are the ones covered (none added, none merged)
-    from bisect import bisect_right
-
-    if bases[:bisect_right(bases, last_base)] != [s[0] for s in kept]:
+    last_base, last_ino, position, batch_at, batch_offset, batch_crc = doc["last"]
+    kept = [s for s in doc["segments"] if s[0] >= bases[0]]
+    # the segments there are now, up to the one the walk was in, are the ones it walked (none
+    # added, none merged), retention aside
+    if bases[:bisect_right(bases, last_base)] != [*(s[0] for s in kept), last_base]:
         return None
     segments = replica.segments
     directory = replica.directory
     try:
-        with_index = {n for n in os.listdir(directory) if n.endswith(TXN_INDEX_SUFFIX)}
+        with_index = {n for n in os.listdir(directory) if n.endswith(TXN_INDEX_SUFFIX)} if kept else set()
     except OSError:
         return None
     walked = {}
@@ -160,12 +162,38 @@ def load(path: str, replica, bases: list[int], bound: int) -> Saved | None:  # n
             except OSError:
                 return None
         walked[base] = (log_key[0], log_key[1])
-    last = kept[-1][1]
-    return Saved(doc["next_offset"], doc["open"], doc["aborted"], walked, (last_base, last[0], last[1]))
+    if not _same_batch(segments[last_base], last_ino, position, batch_at, batch_offset, batch_crc):
+        return None
+    return Saved(doc["next_offset"], doc["open"], doc["aborted"], walked, (last_base, last_ino, position))
 
 
-def save(path: str, replica, walked: list[tuple[int, int, int, int, int]], next_offset: int,  # noqa: ANN001
-         open_txns: dict[int, int], aborted: list) -> bool:
+def _same_batch(segment, inode: int, position: int, batch_at: int, base_offset: int, crc: int) -> bool:  # noqa: ANN001
+    """Is the segment the walk was in the same file, at least `position` bytes long, with the batch
+    it walked last still at `batch_at` (its base offset and CRC: a truncation and new appends over
+    the same bytes put another batch there)? Its size alone cannot tell: it may be the active one."""
+    from klog.store.codec import read_header
+    from klog.store.format import RECORD_BATCH_OVERHEAD
+
+    try:
+        opened, size = segment.pin()
+    except OSError:
+        return False
+    try:
+        if segment._log_inode != inode or size < position:
+            return False
+        data = opened.read(batch_at, RECORD_BATCH_OVERHEAD)
+        if len(data) < RECORD_BATCH_OVERHEAD:
+            return False
+        header = read_header(data, 0)
+        return header.base_offset == base_offset and header.crc == crc and batch_at + header.size == position
+    except (OSError, ValueError, struct.error):
+        return False
+    finally:
+        opened.release()
+
+
+def save(path: str, replica, walked: list[tuple[int, int, int, int, int]], last: tuple,  # noqa: ANN001
+         next_offset: int, open_txns: dict[int, int], aborted: list) -> bool:
     """Write the cache for the view's state at the end of the last of `walked` (base, inode, size
     as the walk read them, when the refresh that finished walking it began, when the refresh that
     read its .txnindex began; in order from the front), if each of those files is provably as the
@@ -190,7 +218,7 @@ def save(path: str, replica, walked: list[tuple[int, int, int, int, int]], next_
                     return False
                 index = _file_key(ist)
             segments.append([base, _file_key(st), index])
-        data = encode(directory, folder_ino, next_offset, open_txns, aborted, segments)
+        data = encode(directory, folder_ino, next_offset, open_txns, aborted, segments, list(last))
         tmp = path.removesuffix(FILE_SUFFIX) + TMP_SUFFIX
         fd = open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
