@@ -27,6 +27,7 @@ import struct
 import zlib
 from bisect import bisect_right
 
+from klog.errors import SymlinkError
 from klog.store.format import LOG_SUFFIX, TXN_INDEX_SUFFIX, segment_file_name
 from klog.store.names import join_name, open_nofollow
 
@@ -104,7 +105,7 @@ def decode(data: bytes) -> dict | None:
 def _read(path: str) -> bytes | None:
     try:
         fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:  # (a planted link too: SymlinkError is an OSError)
+    except (OSError, SymlinkError):  # (a link planted there: not followed, and not needed)
         return None
     try:
         st = os.fstat(fd)
@@ -227,7 +228,7 @@ def save(path: str, replica, walked: list[tuple[int, int, int, int, int]], last:
             os.close(fd)
         if written != len(data):
             return False
-        os.replace(tmp, path)
-    except OSError:
+        os.replace(tmp, path)  # (over a link planted at `path`: the link goes, never what it points to)
+    except (OSError, SymlinkError):
         return False
     return True

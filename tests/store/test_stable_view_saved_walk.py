@@ -283,3 +283,16 @@ def test_one_active_segment_and_its_truncation(data_dir, monkeypatch):
         f.write(before)
     view, _ = _view(data_dir, "a", True, monkeypatch)
     assert view == _view(data_dir, "a", False, monkeypatch)[0]
+
+
+@pytest.mark.parametrize("name", [".txnview", ".txnview.tmp"])
+def test_a_link_planted_in_its_place_is_neither_followed_nor_an_error(log, monkeypatch, tmp_path, name):
+    full = _view(log, "x", False, monkeypatch)[0]
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    path = _cache(log, "x").replace(".txnview", name)
+    if os.path.exists(path):
+        os.unlink(path)
+    os.symlink(target, path)
+    assert _view(log, "x", True, monkeypatch)[0] == full
+    assert target.read_bytes() == b"keep"
