@@ -288,7 +288,7 @@ class Store(GroupAdminMethods):
                 if len(topic.partitions) <= len(locks):
                     break
             moved = self._move_partition_folders_aside(name, topic)
-            left = self._remove_partition_files(name, topic, (".state", ".cleaner"))
+            left = self._remove_partition_files(name, topic, (".state", ".cleaner", ".txnview", ".txnview.tmp"))
             self.topics.delete(name)
             # unlinked while held: a writer waiting on one locks the file then at the path (FileLock)
             left += self._remove_partition_files(name, topic, (".lock",))

@@ -31,10 +31,11 @@ def validate_topic_name(name: str) -> str:
 
 
 # Files the data directory keeps per partition, named `<topic>-<partition><suffix>`: the state
-# (state/), the writer lock (locks/), the cleaner checkpoint and its temporary copy (state/).
+# (state/), the writer lock (locks/), the cleaner checkpoint and its temporary copy (state/),
+# read_committed's saved walk and its temporary copy (state/, klog.store.txn_cache).
 # A 249-character topic (Kafka's limit) would make them longer than a file name may be.
 FILE_NAME_BYTES_MAX = 255
-PARTITION_FILE_SUFFIXES = (".state", ".lock", ".cleaner", ".cleaner.tmp")
+PARTITION_FILE_SUFFIXES = (".state", ".lock", ".cleaner", ".cleaner.tmp", ".txnview", ".txnview.tmp")
 _LONGEST_SUFFIX_BYTES = max(len(s) for s in PARTITION_FILE_SUFFIXES)
 SHORT_PREFIX_CHARS = 200
 SHORT_HASH_CHARS = 12

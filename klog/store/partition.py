@@ -33,6 +33,7 @@ from klog.store.log import ByteRange, FetchedBatch, PartitionLog, RecoveryReport
 from klog.store.names import fit_stem, join_name
 from klog.store.plain import FrozenPlain
 from klog.store.state import PartitionSnapshot, PartitionState, ReplicaSnapshot
+from klog.store.txn_cache import FILE_SUFFIX as TXN_VIEW_SUFFIX
 
 if TYPE_CHECKING:
     from concurrent import futures
@@ -147,6 +148,10 @@ class Partition:
         name = partition_dir_name(topic, partition)
         self.replicas = [_replica_log(d, name, config) for d in replica_dirs]
         fitted = fit_stem(name) is name  # (the state and lock files' stem: the name itself, as a rule)
+        # read_committed's saved walk (klog.store.txn_cache): the leader's, whichever replica leads
+        self._txn_view_path = join_name(state_dir, fit_stem(name) + TXN_VIEW_SUFFIX)
+        for r in self.replicas:
+            r.txn_view_path = self._txn_view_path
         self.state = PartitionState(join_name(state_dir, name + PartitionState.SUFFIX), fitted)
         self.lock = FileLock(join_name(lock_dir, name + ".lock"), fitted)
         self.state.held = self.lock.held_generation
@@ -187,6 +192,8 @@ class Partition:
         name = partition_dir_name(self.topic, self.partition)
         known = {r.log_dir: r for r in self.replicas}
         replicas = [known.get(d) or _replica_log(d, name, self.config) for d in replica_dirs]
+        for r in replicas:
+            r.txn_view_path = self._txn_view_path
         if replicas != self.replicas:
             self._appended_generation = None  # a replica joined or left: open every one afresh
         self.replicas = replicas

@@ -222,6 +222,9 @@ def batch_event(read, pos: int, header, path: str | None = None) -> int | None: 
     return None
 
 
+# a view saves its walk (txn_cache) once it walked this many offsets past the saved one: a first walk
+# of a long log saves, a walk of a few batches does not (a file write per refresh)
+SAVE_AFTER_OFFSETS = 10_000
 INDEX_LISTING_AHEAD = 16  # segments ahead of a walk from which one listing beats a failed open each
 # the `.log` files the event loop looks at (an lstat each) to trust a read_committed view whose
 # folder changed just before its last refresh (a roll, a new topic); more: the thread pool refreshes
@@ -282,6 +285,13 @@ class StableView:
         # listing (settled: a change after that look got another change time); None: unknown
         self._folder: tuple[int, int, bool] | None = None
         self._looked_until = 0.0  # (time.monotonic) known_lso trusts the folder unchanged until then
+        # the saved walk (txn_cache): per segment walked whole, (inode, size, when the refresh that
+        # finished it began, when the refresh that read its .txnindex began); the state at the end
+        # of the last sealed one, to save when the refresh ends; the last segment the file covers
+        self._sealed: dict[int, tuple[int, int, int, int]] = {}
+        self._entered: dict[int, int] = {}
+        self._last: tuple[int, int, BatchHeader] | None = None  # (segment, position, header) of the last batch walked
+        self._saved_offset = 0  # where the saved walk this view loaded or wrote ended
 
     def _add_aborted(self, entry: AbortedTxn) -> None:
         key = (entry.producer_id, entry.last_offset)
@@ -304,6 +314,9 @@ class StableView:
                 ranges.remove((entry.first_offset, entry.last_offset))
             del self.aborted_txns[:cut]
         self._indexed = {b for b in self._indexed if b >= log_start_base}
+        for kept in (self._sealed, self._entered):
+            for base in [b for b in kept if b < log_start_base]:
+                del kept[base]
 
     def _folder_look(self) -> tuple[int, int, bool] | None:
         """The folder's (inode, change time) now, and whether that change time is settled (a
@@ -360,6 +373,7 @@ class StableView:
     def refresh(self, bound: int) -> int:
         """Walk the batches below `bound` not walked yet; returns the last stable offset."""
         replica = self.replica
+        began = time.time_ns()
         folder = self._folder_look()  # (before the listing: a change after it gets another change time)
         replica.refresh_segments()
         seen = self._folder
@@ -381,9 +395,12 @@ class StableView:
         self._front = bases[0]
         if self._scan_base is None:
             self._scan_base = bases[0]
+            if not self._walked and not self.tracker.open and not self.aborted_txns:
+                self._load_saved(bases, bound, began)
         self._skip_absent_indexes(bases)
         while True:
             base = self._scan_base
+            self._entered.setdefault(base, began)
             segment = replica.segments[base]
             try:
                 # One file for the walk: a cleaner's swap meanwhile would put the rewritten file
@@ -412,10 +429,63 @@ class StableView:
                 break
             if self._scan_pos != size:
                 self._walk_cut(segment, bound)
+            self._sealed[base] = (inode, size, began, self._entered.get(base, began))
             self._scan_base, self._scan_pos, self._scan_ino = bases[at], 0, None
         self._lso = self._first_unstable(bound)
         self._folder, self._looked_until = folder, 0.0
+        if self._next_offset - self._saved_offset >= SAVE_AFTER_OFFSETS and not self._unconfirmed:
+            self._save(bases)
         return self._lso
+
+    def _cache_path(self) -> str | None:
+        """The partition's saved walk (txn_cache), if the replica belongs to a store's Partition."""
+        return getattr(self.replica, "txn_view_path", None)
+
+    def _load_saved(self, bases: list[int], bound: int, began: int) -> None:
+        """A fresh view: start where the saved walk ended, if it is provably this log's (txn_cache)."""
+        path = self._cache_path()
+        if path is None:
+            return
+        from klog.store import txn_cache
+
+        saved = txn_cache.load(path, self.replica, bases, bound)
+        if saved is None:
+            return
+        self.tracker.open = dict(saved.open)
+        for entry in saved.aborted:
+            self._add_aborted(entry)
+        self._prune(bases[0])
+        self._walked = {b: inode for b, (inode, _) in saved.segments.items()}
+        self._indexed = set(saved.segments)
+        # (unchanged since a refresh before this one walked them: as if walked whole by this one)
+        self._sealed = {b: (inode, size, began, began) for b, (inode, size) in saved.segments.items()}
+        base, inode, position = saved.last[:3]
+        self._walked[base] = inode
+        self._indexed.add(base)
+        self._scan_base, self._scan_pos, self._scan_ino = base, position, inode
+        self._next_offset = self._saved_offset = saved.next_offset
+
+    def _save(self, bases: list[int]) -> None:
+        """Save the state the walk reached (txn_cache), once it walked SAVE_AFTER_OFFSETS offsets
+        past the saved one: a first walk of a long log, then now and then as the log grows."""
+        path = self._cache_path()
+        last = self._last
+        base = self._scan_base
+        if path is None or last is None or last[0] != base or not self._scan_pos:
+            return  # (nothing walked in the segment the walk is in yet: the next refresh)
+        from klog.store import txn_cache
+
+        sealed = self._sealed
+        covered = bases[:bisect.bisect_left(bases, base)]
+        if any(b not in sealed for b in covered):
+            return  # (walked partly before a prune)
+        position, header = last[1], last[2]
+        if position + header.size != self._scan_pos:
+            return
+        if txn_cache.save(path, self.replica, [(b, *sealed[b]) for b in covered],
+                          (base, self._scan_ino, self._scan_pos, position, header.base_offset, header.crc),
+                          self._next_offset, self.tracker.open, self.aborted_txns):
+            self._saved_offset = self._next_offset
 
     def _skip_absent_indexes(self, bases: list[int]) -> None:
         """Take as read the `.txnindex` of the sealed segments ahead of the walk that have none, from
@@ -472,6 +542,7 @@ class StableView:
                     self._scan_pos = pos + header.size
                     self._next_offset = header.next_offset
                     last = (pos, header)
+                    self._last = (base, pos, header)
             except CorruptLogError:
                 if not self._past_length_damage(segment, opened, size, last):
                     raise
