@@ -352,6 +352,10 @@ class ReplicaManager:
         partitions locked together reads it once for all, see SyncTogether)."""
         part.replica_check = None
         store = self.store
+        # klog.json as it is now (one stat when unchanged; not per append: reconcile runs at a writer's
+        # first append, then every REPLICA_RECHECK_S or after another process's): a directory another
+        # process added (a topic placed there) or removed and added again (its id, another path)
+        store.data_dir.refresh()
         topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
