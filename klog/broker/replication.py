@@ -352,6 +352,10 @@ class ReplicaManager:
         partitions locked together reads it once for all, see SyncTogether)."""
         part.replica_check = None
         store = self.store
+        # klog.json as it is now (one stat when unchanged; not per append: reconcile runs at a writer's
+        # first append, then every REPLICA_RECHECK_S or after another process's): a directory another
+        # process added (a topic placed there) or removed and added again (its id, another path)
+        store.data_dir.refresh()
         topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta
@@ -363,9 +367,11 @@ class ReplicaManager:
                 all_ok = False
         for d, state in () if all_ok else states.items():  # (the usual case: every directory healthy)
             if state == health.REPLACED:
-                store.data_dir.reidentify(d)  # a new empty disk: its replicas start out of sync
+                if not store.data_dir.reidentify(d):  # another process gave it its new identity already:
+                    states[d] = self._health(d)  # as it is now (an empty folder leaves the ISR below)
+                    continue
                 self.warn(f"log directory {d} was replaced by a new one; its replicas will be caught up")
-                meta = replace(meta, isr=[r for r in meta.isr if r != d])
+                meta = replace(meta, isr=[r for r in meta.isr if r != d])  # a new empty disk: out of sync
                 states[d] = health.OK
         # (the fields, no snapshot built) a lost state file reads 0 here: open_for_write rebuilds it
         fields = part.state.read_valid_fields()

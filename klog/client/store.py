@@ -416,6 +416,9 @@ class Store(GroupAdminMethods):
         if topic in self._deleting:
             raise UnknownTopicError(f"unknown topic '{topic}' (being deleted)")
         validate_topic_name(topic)
+        # klog.json as it is now (one stat when unchanged): a topic placed in a directory another process
+        # added since this Store opened (or removed and added again: its id, another path)
+        self.data_dir.refresh()
         meta = self._topic_cache[topic] = self.topics.get(topic)
         return meta, self.log_config(topic)
 
@@ -465,6 +468,7 @@ class Store(GroupAdminMethods):
         if part is None:  # (gone: nobody reads it)
             return
         self.forget_topic_metadata(part.topic)
+        self.data_dir.refresh()  # (as _opening_meta: the new leader may be in a directory added since)
         pm = self.topic(part.topic).partitions[part.partition]
         part.set_replica_dirs(self._leader_and_isr_dirs(pm))
 

@@ -225,15 +225,22 @@ class DataDir(Plain):
             self.removed_ids = self.removed_ids - {new.id}
             return new
 
-    def reidentify(self, log_dir_id: int) -> None:
-        """A replaced (new, empty) directory becomes the log dir: give it a fresh identity."""
+    def reidentify(self, log_dir_id: int) -> bool:
+        """A replaced (new, empty) directory becomes the log dir: give it a fresh identity. False
+        when, in klog.json as it is now, the directory already has the identity its id file holds:
+        another process's writer (or this one's, meanwhile) gave it one, which is kept (a new one
+        each time would have two long-lived writers replace it in turn, before every append)."""
         with self.log_dirs_lock(exclusive=True):
+            known = next((d.identity for d in self.log_dirs if d.id == log_dir_id), None)
+            if known is not None and health.read_identity(self.log_dir_path(log_dir_id)) == known:
+                return False
             dirs = [LogDir(d.id, d.path, d.identity) for d in self.log_dirs]
             for d in dirs:
                 if d.id == log_dir_id:
                     d.identity = write_identity(self.log_dir_path(d.id))
             self.log_dirs = dirs
             self.save()
+            return True
 
     def remove_log_dir(self, log_dir_id: int) -> None:
         with self.log_dirs_lock(exclusive=True):
