@@ -307,6 +307,11 @@ def spark_session(settings: SessionSettings) -> Iterator:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (klog/cli/session.py)
         interrupted = True
         raise
+    except Exception:
+        from klog.spark.failures import stop_received
+
+        interrupted = stop_received()  # the error of a JVM call failing as the stop unwinds (stop_wins)
+        raise
     finally:
         if not was_running and interrupted:
             # the user stopped the command: not a word from Spark stopping (the tasks it kills log errors),

@@ -197,6 +197,9 @@ def wait(query, poll_seconds: float = 0.5, ready: Callable[[], None] | None = No
     previous = {}
 
     def flag(signum: int, frame: object) -> None:
+        from klog.spark.failures import note_stop
+
+        note_stop(signum)  # an error while the query stops does not replace the stop
         stopped_by.append(signum)
         stop.set()
 
