@@ -349,6 +349,23 @@ def test_stream_with_a_script_in_bounded_batches(cli, store, spark, tmp_path) ->
     assert os.path.isdir(tmp_path / "ckpt" / "offsets")
 
 
+@pytest.mark.parametrize(("code", "line"), [
+    ("def transform(df):\n    return df.where(bad(df))\n\n\ndef bad(df):\n    raise ValueError('no good')\n",
+     "--script {script}, line 6: ValueError: no good"),
+    ("def transform(df:\n", "--script {script}, line 1: SyntaxError: '(' was never closed"),
+    ("import nosuchmodule\n", "--script {script}, line 1: ModuleNotFoundError: No module named 'nosuchmodule'"),
+])
+def test_stream_a_failing_script_is_one_line(cli, store, spark, tmp_path, code, line) -> None:
+    """The --script's own error: one line naming the script, its line and the error (it was Python's
+    traceback through klog's frames, exit 1)."""
+    store.create_topic("words", partitions=1)
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    result = cli("spark", "stream", "--from", "words", "--to", "kept", "--script", str(script), "--available-now",
+                 "--checkpoint", str(tmp_path / "ckpt"))
+    assert (result.exit_code, result.stderr) == (1, f"klog: error: {line.format(script=script)}\n")
+
+
 def _no_java_env(data_dir: str) -> dict:
     """No java on PATH and a JAVA_HOME without one: a command that needs Java fails with 'Java ...'."""
     return {"PATH": os.path.dirname(sys.executable), "KLOG_DATA_DIR": data_dir, "HOME": os.environ.get("HOME", "/"),

@@ -168,7 +168,7 @@ print("finished")
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_signal_during_a_job_leaves_no_jvm_or_python_worker(data_dir, tmp_path, sig) -> None:
     script, marker = tmp_path / "job.py", tmp_path / "in-the-job"
     script.write_text(JOB)
