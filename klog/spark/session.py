@@ -169,11 +169,59 @@ def _builder_conf(settings: SessionSettings, work_dir: str, jvm_options: str = "
     return with_jar(conf)  # format("klog") takes Update mode (klog/spark/jars/DefaultSource.java)
 
 
+WORK_DIR_PREFIX = "klog-spark-"
+OWNER_LOCK = ".klog-owner"  # in each work dir: locked (flock) while the klog that made it runs
+_owned: list[int] = []  # the lock file descriptors of this process's work dirs, open until it exits
+
+
 def _work_dir() -> str:
-    """A klog-owned scratch directory for Spark (SPARK_LOCAL_DIRS), removed when the process exits."""
-    path = tempfile.mkdtemp(prefix="klog-spark-")
+    """A klog-owned scratch directory for Spark (SPARK_LOCAL_DIRS), removed when the process exits.
+
+    A klog killed with -9 cannot remove its own: each holds a lock in its directory for as long as it
+    runs, and a new one first removes the directories of the same user whose lock is free."""
+    _sweep_work_dirs(tempfile.gettempdir())
+    path = tempfile.mkdtemp(prefix=WORK_DIR_PREFIX)
     atexit.register(shutil.rmtree, path, True)
+    _own(path)
     return path
+
+
+def _own(path: str) -> None:
+    """Lock OWNER_LOCK in `path` for the life of this process (locked before it has its name, so no
+    sweep can find it free)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, no sweep
+        return
+    tmp = os.path.join(path, OWNER_LOCK + ".new")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(tmp, os.path.join(path, OWNER_LOCK))
+    _owned.append(fd)
+
+
+def _sweep_work_dirs(parent: str) -> None:
+    """Remove the work dirs in `parent` whose owner is gone (its OWNER_LOCK can be locked). A directory
+    without the lock file (being made, or an older klog's) is left alone."""
+    try:
+        import fcntl
+
+        names = [n for n in os.listdir(parent) if n.startswith(WORK_DIR_PREFIX)]
+    except (ImportError, OSError):
+        return
+    for name in names:
+        try:
+            fd = os.open(os.path.join(parent, name, OWNER_LOCK), os.O_RDWR)
+        except OSError:  # no lock file, or another user's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its klog runs
+        else:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _get_or_create(builder, quiet: bool, conf: dict[str, str], work_dir: str):  # noqa: ANN001, ANN202

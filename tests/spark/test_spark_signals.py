@@ -72,8 +72,9 @@ def _alive(klog: int, started) -> dict[int, str]:  # noqa: ANN001 - pids
             if state != "Z" and p != klog and (p in started or sid in sessions)}
 
 
-def _start(args: list[str], data_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0"}  # (no first-start line)
+def _start(args: list[str], data_dir: str, **env_extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0",  # (no first-start line)
+           **env_extra}
     return subprocess.Popen([sys.executable, "-m", "klog", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
 
@@ -148,6 +149,30 @@ def test_signal_while_spark_starts_leaves_no_jvm(data_dir, topic, sig, instant, 
         time.sleep(1.0)
         started.update(_descendants(proc.pid))
     _stop_and_check(proc, sig, started, group)
+
+
+def test_a_killed_commands_scratch_directory_goes_with_the_next_command(data_dir, topic, tmp_path) -> None:
+    """klog killed with -9 cannot remove its scratch directory (klog-spark-* in $TMPDIR: Spark's local
+    dirs, the launcher): the next `klog spark` command does, and leaves its own and a live one's alone."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = _start(["spark", "sql", f"SELECT count(*) AS finished FROM {topic}"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, _java)
+    _stop_and_check(proc, signal.SIGKILL, started, group=False)
+    left = sorted(p.name for p in scratch.iterdir())
+    assert len(left) == 1 and left[0].startswith("klog-spark-"), left
+    proc = _start(["spark", "sql", f"SELECT count(*) AS n FROM {topic}"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, _java)
+    try:
+        assert sorted(p.name for p in scratch.iterdir() if p.name != left[0]) != []  # its own, while it runs
+        out, err = proc.communicate(timeout=START_SECONDS)
+        assert (proc.returncode, out) == (0, b'{"n": 1}\n'), err
+        assert list(scratch.iterdir()) == []  # the killed one's went at its start, its own at its exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill_left(proc.pid, started)
 
 
 JOB = """\
