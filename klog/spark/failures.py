@@ -6,6 +6,7 @@ Spark exception whose message holds the worker's traceback; its last line names 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -38,9 +39,37 @@ def from_spark(exc: BaseException) -> KlogError:
         error = cls.__new__(cls)
         Exception.__init__(error, message.strip())
         return error
-    if causes:
-        return errors.KlogError(f"Spark: {_first_line(_innermost(causes))}")
-    return errors.KlogError(f"Spark: {_first_line(text)}")
+    line = _first_line(_innermost(causes) if causes else text)
+    if line.startswith(_WORKER_FAILED):  # the Python traceback that follows says what failed
+        line = _worker_error(text + "\n" + "\n".join(causes)) or line
+    return errors.KlogError(f"Spark: {line}")
+
+
+_WORKER_FAILED = "An exception was thrown from the Python worker"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def _worker_error(text: str) -> str | None:
+    """The error a Python worker's traceback in `text` ends with, and the last frame of the user's code
+    (not pyspark's, py4j's or klog's): 'a Python worker failed: ZeroDivisionError: division by zero
+    (job.py, line 3)'. None without a traceback."""
+    lines = text.splitlines()
+    starts = [i for i, raw in enumerate(lines) if raw.strip() == "Traceback (most recent call last):"]
+    if not starts:
+        return None
+    where = error = None
+    for raw in lines[starts[-1] + 1:]:
+        frame = _FRAME.match(raw)
+        if frame:
+            path = frame.group(1).replace(os.sep, "/")
+            if not any(f"/{lib}/" in path for lib in ("pyspark", "py4j", "klog")) and not path.startswith("<"):
+                where = f"{frame.group(1)}, line {frame.group(2)}"
+        elif raw.strip() and not raw[:1].isspace():
+            error = raw.strip()
+            break
+    if error is None:
+        return None
+    return f"a Python worker failed: {error}" + (f" ({where})" if where else "")
 
 
 def java_messages(exc: BaseException) -> list[str]:

@@ -211,6 +211,23 @@ def test_run_a_failing_script_shows_its_own_traceback(cli, tmp_path, spark) -> N
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize(("code", "error", "line"), [
+    ("spark.sparkContext.parallelize([1], 1).map(lambda x: 1 / 0).count()\n",
+     "ZeroDivisionError: division by zero", 1),
+    ("from pyspark.sql import functions as F\n\n\ndef parse(x):\n    return int('z' + str(x))\n\n\n"
+     "spark.range(1).select(F.udf(parse)('id')).collect()\n",
+     "ValueError: invalid literal for int() with base 10: 'z0'", 5),
+])
+def test_run_an_error_in_a_python_worker_names_it(cli, tmp_path, spark, code, error, line) -> None:
+    """The script's own code failing in a Spark task: the one line says which error and where (it said
+    only "Spark: An exception was thrown from the Python worker:")."""
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    result = cli("spark", "run", str(script))
+    assert (result.exit_code, result.stderr) == (
+        1, f"klog: error: Spark: a Python worker failed: {error} ({script}, line {line})\n")
+
+
 STOPPED_THEN_JVM_ERROR = """\
 import signal
 try:
