@@ -89,9 +89,13 @@ def _prepare_environment(settings: SessionSettings, work_dir: str) -> None:
     """What Spark's launcher and its Python workers inherit (spark-notes gotchas 1, 2)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from klog.spark.sink import STAGING_ENV
+
+    os.environ.pop(STAGING_ENV, None)
     if is_local(master_of(settings)):  # on a cluster, executors must reach the driver on a real address
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ["PYSPARK_PYTHON"] = worker_python(work_dir)
+        os.environ[STAGING_ENV] = os.path.join(work_dir, "staging")  # goes with the work dir
     path = os.environ.get("PYTHONPATH", "")
     if KLOG_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (KLOG_ROOT, path) if p)

@@ -12,6 +12,7 @@ klog's descendants in /proc (polled, time-bounded), recorded at the signal, and 
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -242,3 +243,49 @@ def test_a_stream_stops_cleanly_on_either_signal(data_dir, topic, tmp_path, sig)
             proc.kill()
             proc.wait()
         _kill_left(proc.pid, started)
+
+
+STAGED_WRITE = """\
+import glob
+import os
+import sys
+import time
+
+from pyspark.sql.types import StringType, StructField, StructType
+
+marker = sys.argv[1]
+roots = [os.environ.get("KLOG_SPARK_STAGING") or "-", os.path.join(os.environ["KLOG_DATA_DIR"], "spark", "staging")]
+
+
+def rows(i, it):
+    if i == 1:  # once the other task staged its rows: hang, the write not committed
+        deadline = time.time() + 60
+        while time.time() < deadline and not [f for r in roots for f in glob.glob(r + "/*/*.arrow")]:
+            time.sleep(0.1)
+        open(marker, "w").close()
+        time.sleep(300)
+    yield (f"v{i}",)
+
+
+df = spark.createDataFrame(spark.sparkContext.parallelize([0, 1], 2).mapPartitionsWithIndex(rows),
+                           StructType([StructField("value", StringType())]))
+df.write.format("klog").option("topic", "out").option("transactional.id", "tx").mode("append").save()
+print("finished")
+"""
+
+
+def test_a_stopped_transactional_write_leaves_no_staged_rows(data_dir, store, tmp_path) -> None:
+    """SIGTERM while a transactional batch write waits for its last task: the rows the other task staged
+    (an Arrow file) go with the command; they stayed in <data dir>/spark/staging for good."""
+    store.create_topic("out", partitions=1)
+    script, marker, scratch = tmp_path / "job.py", tmp_path / "in-the-job", tmp_path / "tmp"
+    script.write_text(STAGED_WRITE)
+    scratch.mkdir()
+    proc = _start(["spark", "run", str(script), str(marker), "--master", "local[2]"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, lambda found: marker.exists())
+    started.update(_descendants(proc.pid))
+    _stop_and_check(proc, signal.SIGTERM, started)
+    assert glob.glob(os.path.join(data_dir, "spark", "staging", "*", "*")) == []
+    assert list(scratch.iterdir()) == []  # the work dir, with what was staged in it
+    assert list(store.consumer("out")) == []
+
