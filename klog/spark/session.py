@@ -199,7 +199,11 @@ def _own(path: str) -> None:
         return
     tmp = os.path.join(path, OWNER_LOCK + ".new")
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a filesystem without locks: no lock file, so no sweep ever removes this dir early
+        os.close(fd)
+        return
     os.rename(tmp, os.path.join(path, OWNER_LOCK))
     _owned.append(fd)
 

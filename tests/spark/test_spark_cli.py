@@ -756,3 +756,23 @@ def test_sql_to_topic_keeps_a_column_name_with_a_backtick(cli, store, spark) -> 
     result = cli("spark", "sql", "SELECT `a``b`, plain FROM ticks", "--to-topic", "copied")
     assert result.exit_code == 0, result.stderr
     assert [json.loads(r.value) for r in store.consumer("copied")] == [{"a`b": 1, "plain": 2}]
+
+
+def test_scratch_directory_on_a_filesystem_without_locks(tmp_path, monkeypatch) -> None:
+    """$TMPDIR where flock fails (some network filesystems): Spark still gets its scratch directory, one
+    that no later command's sweep takes for a dead klog's (it has no lock file)."""
+    import errno
+    import fcntl
+    import tempfile
+
+    from klog.spark import session
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = session._work_dir()
+    assert os.path.dirname(path) == str(tmp_path) and session.OWNER_LOCK not in os.listdir(path)
+    session._sweep_work_dirs(str(tmp_path))
+    assert os.path.isdir(path)
