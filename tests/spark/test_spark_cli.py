@@ -541,7 +541,8 @@ def test_only_a_local_driver_is_pinned_to_loopback(monkeypatch, tmp_path) -> Non
     """On a cluster, executors connect back to the driver: no SPARK_LOCAL_IP / driver host of 127.0.0.1."""
     from klog.spark.session import SessionSettings, _builder_conf, _prepare_environment
 
-    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "KLOG_DATA_DIR", "SPARK_LOCAL_DIRS"):
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "KLOG_DATA_DIR", "SPARK_LOCAL_DIRS",
+                 "KLOG_SPARK_STAGING"):
         monkeypatch.setenv(name, os.environ.get(name, ""))
     monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
     for master in ("spark://head:7077", "yarn", "local[1]"):
