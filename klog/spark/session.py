@@ -349,6 +349,13 @@ def mute_jvm() -> None:
     Verbose sessions (no StderrPump) keep everything."""
     if _pump is not None:
         _pump.mute()
+        from pyspark import SparkContext
+
+        # PySpark's accumulator server (a socketserver in this process) prints a traceback for a
+        # connection the stopping JVM breaks: klog reports the stop itself
+        server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+        if server is not None:
+            server.handle_error = lambda request, client_address: None
 
 
 @contextmanager
