@@ -380,7 +380,12 @@ def spark_session(settings: SessionSettings) -> Iterator:
             # the user stopped the command: not a word from Spark stopping (the tasks it kills log errors),
             # and an error while stopping does not replace the interrupt; the JVM ends with klog regardless
             mute_jvm()
-            with contextlib.suppress(Exception):
+            import warnings
+
+            # nor PySpark's RuntimeWarning "Unable to cleanly shutdown Spark JVM process" when the JVM's
+            # connection is already gone
+            with contextlib.suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 stop_session(spark)
         elif not was_running:
             stop_session(spark)
