@@ -39,11 +39,13 @@ def _settings(master: str, conf: list[str] | None, verbose: bool, data_dir: str 
 
 @contextmanager
 def _session(settings) -> Iterator:  # noqa: ANN001 - SessionSettings
-    """spark_session() whose Spark errors become one-line klog errors, converted while the JVM is still up."""
-    from klog.spark.failures import spark_errors
+    """spark_session() whose Spark errors become one-line klog errors, converted while the JVM is still up;
+    after Ctrl-C or SIGTERM, the stop (stop_wins)."""
+    from klog.spark.failures import spark_errors, stop_wins
     from klog.spark.session import spark_session
 
-    with spark_errors(), spark_session(settings) as spark, spark_errors():
+    with stop_wins() as stops, spark_errors(), spark_session(settings) as spark, spark_errors():
+        stops.watch()  # PySpark's SIGINT handler, installed as the session started
         try:
             yield spark
         finally:

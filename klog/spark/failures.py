@@ -6,7 +6,10 @@ Spark exception whose message holds the worker's traceback; its last line names 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,9 +39,37 @@ def from_spark(exc: BaseException) -> KlogError:
         error = cls.__new__(cls)
         Exception.__init__(error, message.strip())
         return error
-    if causes:
-        return errors.KlogError(f"Spark: {_first_line(_innermost(causes))}")
-    return errors.KlogError(f"Spark: {_first_line(text)}")
+    line = _first_line(_innermost(causes) if causes else text)
+    if line.startswith(_WORKER_FAILED):  # the Python traceback that follows says what failed
+        line = _worker_error(text + "\n" + "\n".join(causes)) or line
+    return errors.KlogError(f"Spark: {line}")
+
+
+_WORKER_FAILED = "An exception was thrown from the Python worker"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+
+
+def _worker_error(text: str) -> str | None:
+    """The error a Python worker's traceback in `text` ends with, and the last frame of the user's code
+    (not pyspark's, py4j's or klog's): 'a Python worker failed: ZeroDivisionError: division by zero
+    (job.py, line 3)'. None without a traceback."""
+    lines = text.splitlines()
+    starts = [i for i, raw in enumerate(lines) if raw.strip() == "Traceback (most recent call last):"]
+    if not starts:
+        return None
+    where = error = None
+    for raw in lines[starts[-1] + 1:]:
+        frame = _FRAME.match(raw)
+        if frame:
+            path = frame.group(1).replace(os.sep, "/")
+            if not any(f"/{lib}/" in path for lib in ("pyspark", "py4j", "klog")) and not path.startswith("<"):
+                where = f"{frame.group(1)}, line {frame.group(2)}"
+        elif raw.strip() and not raw[:1].isspace():
+            error = raw.strip()
+            break
+    if error is None:
+        return None
+    return f"a Python worker failed: {error}" + (f" ({where})" if where else "")
 
 
 def java_messages(exc: BaseException) -> list[str]:
@@ -110,3 +141,74 @@ def spark_errors() -> Iterator[None]:
 def is_spark_error(exc: BaseException) -> bool:
     module = type(exc).__module__ or ""
     return module.startswith(("pyspark.", "py4j."))
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_watch: StopWatch | None = None  # the running command's (stop_wins())
+
+
+class StopWatch:
+    """Which stop signals (Ctrl-C, SIGTERM) the process received while a Spark command ran.
+
+    Each handler in place for them is wrapped: the wrapper notes the signal, then calls the handler
+    (klog's SIGTERM handler, PySpark's SIGINT handler: both raise KeyboardInterrupt). watch() wraps
+    again the handlers installed since (SparkContext installs its SIGINT handler while it starts)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.restore: dict[int, object] = {}
+
+    def note(self, signum: int) -> None:
+        self.received.append(signum)
+
+    def watch(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            handler = signal.getsignal(sig)
+            if not callable(handler) or getattr(handler, "klog_stop_watch", None) is self:
+                continue  # ignored or the default action: no Python code runs for it to replace
+            self.restore.setdefault(sig, handler)
+
+            def noted(signum: int, frame: object, handler=handler) -> None:  # noqa: ANN001
+                self.note(signum)
+                handler(signum, frame)
+
+            noted.klog_stop_watch = self
+            signal.signal(sig, noted)
+
+    def close(self) -> None:
+        for sig, handler in self.restore.items():
+            signal.signal(sig, handler)
+
+
+def stop_received() -> bool:
+    """Whether the running command received Ctrl-C or SIGTERM (see stop_wins)."""
+    return _watch is not None and bool(_watch.received)
+
+
+def note_stop(signum: int) -> None:
+    """A handler of the command's own (a stream's stop flag) received a stop signal."""
+    if _watch is not None:
+        _watch.note(signum)
+
+
+@contextmanager
+def stop_wins() -> Iterator[StopWatch]:
+    """A stop signal received means the command ends as stopped (exit 130 or 143, its one line), whatever
+    error follows it: the KeyboardInterrupt a handler raises unwinds through PySpark's and py4j's clean-up
+    code, whose own JVM calls then fail (py4j shuts the interrupted call's connections down: "Answer from
+    Java side is empty") and replace it. An error with no signal received stays that error."""
+    global _watch
+    outer, _watch = _watch, StopWatch()
+    watch = _watch
+    watch.watch()
+    try:
+        yield watch
+    except Exception:
+        if not watch.received:
+            raise
+        raise KeyboardInterrupt from None  # klog's SIGTERM handler has recorded "terminated"
+    finally:
+        watch.close()
+        _watch = outer

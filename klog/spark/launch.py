@@ -253,7 +253,15 @@ def start_gateway(conf: dict[str, str], work_dir: str) -> None:
             path = launcher(work_dir, os.path.join(_find_spark_home(), "bin", "spark-submit"))
             if path is not None:
                 popen_kwargs["executable"] = path
-        gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
+        import tempfile
+
+        # pyspark's connection-info directory (a mkdtemp it removes once the JVM is up) goes into the work
+        # dir: a klog killed while the JVM starts leaves it there, where the next start's sweep finds it
+        saved, tempfile.tempdir = tempfile.tempdir, work_dir
+        try:
+            gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
+        finally:
+            tempfile.tempdir = saved
         SparkContext._gateway = gateway  # what SparkContext._ensure_initialized does with its own launch
         SparkContext._jvm = gateway.jvm
 

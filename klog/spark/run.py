@@ -58,3 +58,22 @@ def _print_script_traceback(exc: BaseException, script: str) -> None:
         tb = tb.tb_next
     sys.stderr.writelines(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
     sys.stderr.flush()
+
+
+def script_error(exc: BaseException, script: str):  # noqa: ANN201 - KlogError
+    """A --script's own error (its syntax, its transform raising) as one line naming the script, the
+    line of it that failed and the error: `--script t.py, line 2: ValueError: bad row`."""
+    import traceback
+
+    from klog.errors import KlogError
+
+    path, line = os.path.abspath(script), None
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.abspath(exc.filename) == path:
+        line, text = exc.lineno, exc.msg
+    else:
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if os.path.abspath(frame.filename) == path:
+                line = frame.lineno  # the script's last frame: where its own code failed
+        text = str(exc)
+    where = f"--script {script}" + (f", line {line}" if line is not None else "")
+    return KlogError(f"{where}: {type(exc).__name__}" + (f": {text}" if text else ""))

@@ -89,9 +89,13 @@ def _prepare_environment(settings: SessionSettings, work_dir: str) -> None:
     """What Spark's launcher and its Python workers inherit (spark-notes gotchas 1, 2)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from klog.spark.sink import STAGING_ENV
+
+    os.environ.pop(STAGING_ENV, None)
     if is_local(master_of(settings)):  # on a cluster, executors must reach the driver on a real address
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ["PYSPARK_PYTHON"] = worker_python(work_dir)
+        os.environ[STAGING_ENV] = os.path.join(work_dir, "staging")  # goes with the work dir
     path = os.environ.get("PYTHONPATH", "")
     if KLOG_ROOT not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (KLOG_ROOT, path) if p)
@@ -169,11 +173,63 @@ def _builder_conf(settings: SessionSettings, work_dir: str, jvm_options: str = "
     return with_jar(conf)  # format("klog") takes Update mode (klog/spark/jars/DefaultSource.java)
 
 
+WORK_DIR_PREFIX = "klog-spark-"
+OWNER_LOCK = ".klog-owner"  # in each work dir: locked (flock) while the klog that made it runs
+_owned: list[int] = []  # the lock file descriptors of this process's work dirs, open until it exits
+
+
 def _work_dir() -> str:
-    """A klog-owned scratch directory for Spark (SPARK_LOCAL_DIRS), removed when the process exits."""
-    path = tempfile.mkdtemp(prefix="klog-spark-")
+    """A klog-owned scratch directory for Spark (SPARK_LOCAL_DIRS), removed when the process exits.
+
+    A klog killed with -9 cannot remove its own: each holds a lock in its directory for as long as it
+    runs, and a new one first removes the directories of the same user whose lock is free."""
+    _sweep_work_dirs(tempfile.gettempdir())
+    path = tempfile.mkdtemp(prefix=WORK_DIR_PREFIX)
     atexit.register(shutil.rmtree, path, True)
+    _own(path)
     return path
+
+
+def _own(path: str) -> None:
+    """Lock OWNER_LOCK in `path` for the life of this process (locked before it has its name, so no
+    sweep can find it free)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, no sweep
+        return
+    tmp = os.path.join(path, OWNER_LOCK + ".new")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a filesystem without locks: no lock file, so no sweep ever removes this dir early
+        os.close(fd)
+        return
+    os.rename(tmp, os.path.join(path, OWNER_LOCK))
+    _owned.append(fd)
+
+
+def _sweep_work_dirs(parent: str) -> None:
+    """Remove the work dirs in `parent` whose owner is gone (its OWNER_LOCK can be locked). A directory
+    without the lock file (being made, or an older klog's) is left alone."""
+    try:
+        import fcntl
+
+        names = [n for n in os.listdir(parent) if n.startswith(WORK_DIR_PREFIX)]
+    except (ImportError, OSError):
+        return
+    for name in names:
+        try:
+            fd = os.open(os.path.join(parent, name, OWNER_LOCK), os.O_RDWR)
+        except OSError:  # no lock file, or another user's
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its klog runs
+        else:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _get_or_create(builder, quiet: bool, conf: dict[str, str], work_dir: str):  # noqa: ANN001, ANN202
@@ -293,6 +349,13 @@ def mute_jvm() -> None:
     Verbose sessions (no StderrPump) keep everything."""
     if _pump is not None:
         _pump.mute()
+        from pyspark import SparkContext
+
+        # PySpark's accumulator server (a socketserver in this process) prints a traceback for a
+        # connection the stopping JVM breaks: klog reports the stop itself
+        server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+        if server is not None:
+            server.handle_error = lambda request, client_address: None
 
 
 @contextmanager
@@ -307,12 +370,22 @@ def spark_session(settings: SessionSettings) -> Iterator:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (klog/cli/session.py)
         interrupted = True
         raise
+    except Exception:
+        from klog.spark.failures import stop_received
+
+        interrupted = stop_received()  # the error of a JVM call failing as the stop unwinds (stop_wins)
+        raise
     finally:
         if not was_running and interrupted:
             # the user stopped the command: not a word from Spark stopping (the tasks it kills log errors),
             # and an error while stopping does not replace the interrupt; the JVM ends with klog regardless
             mute_jvm()
-            with contextlib.suppress(Exception):
+            import warnings
+
+            # nor PySpark's RuntimeWarning "Unable to cleanly shutdown Spark JVM process" when the JVM's
+            # connection is already gone
+            with contextlib.suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 stop_session(spark)
         elif not was_running:
             stop_session(spark)

@@ -20,6 +20,14 @@ from klog.errors import UsageError
 from klog.spark.options import WriteOptions
 
 SINK_COLUMNS = ("value", "key", "headers", "topic", "partition", "timestamp")
+STAGING_ENV = "KLOG_SPARK_STAGING"  # set by klog's session on a local master (session._prepare_environment)
+
+
+def staging_root(data_dir: str) -> str:
+    """Where a write without a checkpoint stages its rows until the driver commits them: on a local
+    master, in the work dir of the klog process that runs Spark (removed with it, even after a
+    kill -9, so a stopped write leaves no rows behind); else in the store, which the executors share."""
+    return os.environ.get(STAGING_ENV) or os.path.join(data_dir, "spark", "staging")
 
 
 def check_sink_schema(schema, opts: WriteOptions) -> None:  # noqa: ANN001 - pyspark StructType
@@ -257,7 +265,7 @@ class StreamCommitter:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         base = (os.path.join(opts.checkpoint, "klog-sink") if opts.checkpoint
-                else os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex))
+                else os.path.join(staging_root(opts.data_dir), uuid.uuid4().hex))
         self.staging_dir = os.path.join(base, "staging")
         self.commits_dir = os.path.join(base, "commits") if opts.checkpoint else None
 

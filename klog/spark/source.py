@@ -48,6 +48,7 @@ from klog.spark.sink import (
     send_transaction,
     stage_batches,
     staged_batches,
+    staging_root,
     sweep,
 )
 
@@ -266,7 +267,7 @@ class KlogBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
         self.staged = opts.transactional_id is not None or opts.batch_id is not None
-        self.staging_dir = os.path.join(opts.data_dir, "spark", "staging", uuid.uuid4().hex)
+        self.staging_dir = os.path.join(staging_root(opts.data_dir), uuid.uuid4().hex)
 
     def write(self, iterator: Iterator) -> WrittenMessage | StagedMessage:
         if self.staged:

@@ -58,11 +58,20 @@ def _transform(spark, view, req: StreamRequest):  # noqa: ANN001, ANN201
         return spark.sql(req.sql)
     if not os.path.isfile(req.script):
         raise UsageError(f"no such script: {req.script}")
-    namespace = runpy.run_path(req.script)
-    transform = namespace.get("transform")
-    if not callable(transform):
-        raise UsageError(f"{req.script} defines no transform(df) function")
-    return transform(view)
+    try:
+        namespace = runpy.run_path(req.script)
+        transform = namespace.get("transform")
+        if not callable(transform):
+            raise UsageError(f"{req.script} defines no transform(df) function")
+        return transform(view)
+    except Exception as e:
+        from klog.errors import KlogError
+        from klog.spark.failures import is_spark_error
+        from klog.spark.run import script_error
+
+        if isinstance(e, KlogError) or is_spark_error(e):
+            raise  # klog's line, or Spark's (spark_errors) for a query Spark cannot run
+        raise script_error(e, req.script) from None
 
 
 def check_request(data_dir: str, req: StreamRequest) -> None:
@@ -197,6 +206,9 @@ def wait(query, poll_seconds: float = 0.5, ready: Callable[[], None] | None = No
     previous = {}
 
     def flag(signum: int, frame: object) -> None:
+        from klog.spark.failures import note_stop
+
+        note_stop(signum)  # an error while the query stops does not replace the stop
         stopped_by.append(signum)
         stop.set()
 

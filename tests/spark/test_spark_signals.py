@@ -12,6 +12,7 @@ klog's descendants in /proc (polled, time-bounded), recorded at the signal, and 
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -72,8 +73,9 @@ def _alive(klog: int, started) -> dict[int, str]:  # noqa: ANN001 - pids
             if state != "Z" and p != klog and (p in started or sid in sessions)}
 
 
-def _start(args: list[str], data_dir: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0"}  # (no first-start line)
+def _start(args: list[str], data_dir: str, **env_extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": REPO, "KLOG_DATA_DIR": data_dir, "KLOG_SPARK_CDS": "0",  # (no first-start line)
+           **env_extra}
     return subprocess.Popen([sys.executable, "-m", "klog", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
 
@@ -150,6 +152,30 @@ def test_signal_while_spark_starts_leaves_no_jvm(data_dir, topic, sig, instant, 
     _stop_and_check(proc, sig, started, group)
 
 
+def test_a_killed_commands_scratch_directory_goes_with_the_next_command(data_dir, topic, tmp_path) -> None:
+    """klog killed with -9 cannot remove its scratch directory (klog-spark-* in $TMPDIR: Spark's local
+    dirs, the launcher): the next `klog spark` command does, and leaves its own and a live one's alone."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = _start(["spark", "sql", f"SELECT count(*) AS finished FROM {topic}"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, _java)
+    _stop_and_check(proc, signal.SIGKILL, started, group=False)
+    left = sorted(p.name for p in scratch.iterdir())
+    assert len(left) == 1 and left[0].startswith("klog-spark-"), left
+    proc = _start(["spark", "sql", f"SELECT count(*) AS n FROM {topic}"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, _java)
+    try:
+        assert sorted(p.name for p in scratch.iterdir() if p.name != left[0]) != []  # its own, while it runs
+        out, err = proc.communicate(timeout=START_SECONDS)
+        assert (proc.returncode, out) == (0, b'{"n": 1}\n'), err
+        assert list(scratch.iterdir()) == []  # the killed one's went at its start, its own at its exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill_left(proc.pid, started)
+
+
 JOB = """\
 import sys
 import time
@@ -168,7 +194,7 @@ print("finished")
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_signal_during_a_job_leaves_no_jvm_or_python_worker(data_dir, tmp_path, sig) -> None:
     script, marker = tmp_path / "job.py", tmp_path / "in-the-job"
     script.write_text(JOB)
@@ -217,3 +243,49 @@ def test_a_stream_stops_cleanly_on_either_signal(data_dir, topic, tmp_path, sig)
             proc.kill()
             proc.wait()
         _kill_left(proc.pid, started)
+
+
+STAGED_WRITE = """\
+import glob
+import os
+import sys
+import time
+
+from pyspark.sql.types import StringType, StructField, StructType
+
+marker = sys.argv[1]
+roots = [os.environ.get("KLOG_SPARK_STAGING") or "-", os.path.join(os.environ["KLOG_DATA_DIR"], "spark", "staging")]
+
+
+def rows(i, it):
+    if i == 1:  # once the other task staged its rows: hang, the write not committed
+        deadline = time.time() + 60
+        while time.time() < deadline and not [f for r in roots for f in glob.glob(r + "/*/*.arrow")]:
+            time.sleep(0.1)
+        open(marker, "w").close()
+        time.sleep(300)
+    yield (f"v{i}",)
+
+
+df = spark.createDataFrame(spark.sparkContext.parallelize([0, 1], 2).mapPartitionsWithIndex(rows),
+                           StructType([StructField("value", StringType())]))
+df.write.format("klog").option("topic", "out").option("transactional.id", "tx").mode("append").save()
+print("finished")
+"""
+
+
+def test_a_stopped_transactional_write_leaves_no_staged_rows(data_dir, store, tmp_path) -> None:
+    """SIGTERM while a transactional batch write waits for its last task: the rows the other task staged
+    (an Arrow file) go with the command; they stayed in <data dir>/spark/staging for good."""
+    store.create_topic("out", partitions=1)
+    script, marker, scratch = tmp_path / "job.py", tmp_path / "in-the-job", tmp_path / "tmp"
+    script.write_text(STAGED_WRITE)
+    scratch.mkdir()
+    proc = _start(["spark", "run", str(script), str(marker), "--master", "local[2]"], data_dir, TMPDIR=str(scratch))
+    started = _wait_until(proc, lambda found: marker.exists())
+    started.update(_descendants(proc.pid))
+    _stop_and_check(proc, signal.SIGTERM, started)
+    assert glob.glob(os.path.join(data_dir, "spark", "staging", "*", "*")) == []
+    assert list(scratch.iterdir()) == []  # the work dir, with what was staged in it
+    assert list(store.consumer("out")) == []
+
