@@ -527,6 +527,8 @@ class StableView:
             try:
                 for pos, header in segment.iter_headers(self._scan_pos, size, opened.read):
                     if header.base_offset >= bound:
+                        if last is not None:
+                            self._last = (base, *last)
                         if max(self._next_offset, base) < bound:
                             # a base offset damage raised past the bound: the batches below it are unknown
                             self._walk_cut(segment, bound)
@@ -542,11 +544,14 @@ class StableView:
                     self._scan_pos = pos + header.size
                     self._next_offset = header.next_offset
                     last = (pos, header)
-                    self._last = (base, pos, header)
             except CorruptLogError:
+                if last is not None:
+                    self._last = (base, *last)  # (the save's last batch walked: kept per walk, not per batch)
                 if not self._past_length_damage(segment, opened, size, last):
                     raise
                 continue
+            if last is not None:
+                self._last = (base, *last)
             if self._scan_pos >= size or not self._past_length_damage(segment, opened, size, last):
                 return False
 
