@@ -204,6 +204,7 @@ class ReplicaManager:
         # log dir id -> (its path, its health), while a producer writes many batches in one go
         # (see shared_dir_checks); None otherwise: every append checks its directories again
         self._dir_checks: dict[int, tuple[str, str]] | None = None
+        self._list_read = False  # klog.json looked at within this shared_dir_checks block (reconcile)
         self._group: DeferredSync | None = None  # the group of partitions being appended together, if any
         # (topic, partition, log dir) -> the unhealthy state last warned of: a full disk is said once
         # when it fills, not once per produce request while it stays full
@@ -235,10 +236,12 @@ class ReplicaManager:
         finally:
             if not outer:
                 self._dir_checks = None
+                self._list_read = False
 
     def _forget_health(self) -> None:
         """After a failed append: every directory's health is read again before the next append."""
         self._healthy_until.clear()
+        self._list_read = False
         if self._dir_checks is not None:
             self._dir_checks.clear()
 
@@ -354,8 +357,12 @@ class ReplicaManager:
         store = self.store
         # klog.json as it is now (one stat when unchanged; not per append: reconcile runs at a writer's
         # first append, then every REPLICA_RECHECK_S or after another process's): a directory another
-        # process added (a topic placed there) or removed and added again (its id, another path)
-        store.data_dir.refresh()
+        # process added (a topic placed there) or removed and added again (its id, another path);
+        # within shared_dir_checks once for the block, as the directories' health (1,000 partitions'
+        # first appends were 1,000 stats of it)
+        if not self._list_read:
+            store.data_dir.refresh()
+            self._list_read = self._dir_checks is not None
         topic_meta = topic_meta() if topic_meta is not None else store.topics.get(topic)
         meta = topic_meta.partitions[partition]
         before = meta

@@ -182,16 +182,12 @@ class DataDir(Plain):
             return False  # (gone or unreadable: keep what was loaded; open() says what is wrong)
         if (st.st_ino, st.st_mtime_ns, st.st_size) == self._loaded:
             return False
-        try:
-            with open(config_path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise DataDirError(f"cannot read {config_path}: {e}") from None
+        doc, loaded = _read_config(config_path)  # (the key of the file read: it may have changed since the stat)
         fresh = self._from_doc(doc, config_path)
         ids = {d.id for d in fresh.log_dirs}
         self.removed_ids = (self.removed_ids | {d.id for d in self.log_dirs}) - ids
         self.log_dirs, self.defaults = fresh.log_dirs, fresh.defaults
-        self._loaded = (st.st_ino, st.st_mtime_ns, st.st_size)
+        self._loaded = loaded
         return True
 
     def add_log_dir(self, path: str) -> LogDir:
@@ -277,15 +273,10 @@ class DataDir(Plain):
             if not create or read_only:
                 raise DataDirError(f"no klog store at {path}")
             return cls._create(path, log_dirs)
-        try:
-            with open(config_path) as f:
-                st = os.fstat(f.fileno())
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise DataDirError(f"cannot read {config_path}: {e}") from None
+        doc, loaded = _read_config(config_path)
         data_dir = cls._from_doc(doc, config_path)
         data_dir.path = path
-        data_dir._loaded = (st.st_ino, st.st_mtime_ns, st.st_size)
+        data_dir._loaded = loaded
         if not read_only:
             data_dir._ensure_dirs()
         return data_dir
@@ -345,6 +336,16 @@ class DataDir(Plain):
             raise DataDirError(f"cannot prepare data directory {self.path}: {e.strerror}") from None
         if not os.access(self.path, os.W_OK):
             raise DataDirError(f"data directory {self.path} is not writable")
+
+
+def _read_config(config_path: str) -> tuple[dict, tuple[int, int, int]]:
+    """klog.json's document and the (inode, mtime_ns, size) of the file it was read from."""
+    try:
+        with open(config_path) as f:
+            st = os.fstat(f.fileno())
+            return json.load(f), (st.st_ino, st.st_mtime_ns, st.st_size)
+    except (OSError, ValueError) as e:
+        raise DataDirError(f"cannot read {config_path}: {e}") from None
 
 
 def _inside(path: str, folder: str) -> bool:
