@@ -46,6 +46,8 @@ def from_spark(exc: BaseException) -> KlogError:
 
 
 _WORKER_FAILED = "An exception was thrown from the Python worker"
+# klog's own frames, by where the package is (not any path with a "klog" folder: a user's ~/klog/job.py is theirs)
+_KLOG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/") + "/"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
 
 
@@ -62,7 +64,7 @@ def _worker_error(text: str) -> str | None:
         frame = _FRAME.match(raw)
         if frame:
             path = frame.group(1).replace(os.sep, "/")
-            if not any(f"/{lib}/" in path for lib in ("pyspark", "py4j", "klog")) and not path.startswith("<"):
+            if not any(f"/{lib}/" in path for lib in ("pyspark", "py4j")) and not path.startswith(("<", _KLOG_DIR)):
                 where = f"{frame.group(1)}, line {frame.group(2)}"
         elif raw.strip() and not raw[:1].isspace():
             error = raw.strip()
