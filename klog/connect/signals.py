@@ -479,10 +479,16 @@ class Reach:
         """Wait at most `wait` for the pending connections: True when one was made (all closed then)."""
         deadline = time.monotonic() + wait
         while self.pending:
-            ready = select.select([], list(self.pending), [], max(0.0, deadline - time.monotonic()))[1]
-            if not ready:
+            # (poll, not select: a worker holding over 1,024 descriptors would make select refuse every check)
+            poller = select.poll()
+            by_fd = {s.fileno(): s for s in self.pending}
+            for fd in by_fd:
+                poller.register(fd, select.POLLOUT)
+            events = poller.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+            if not events:
                 return False
-            for s in ready:
+            for fd, _ in events:
+                s = by_fd[fd]
                 code = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 server = self.pending.pop(s)
                 s.close()
