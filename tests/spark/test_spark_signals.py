@@ -98,8 +98,12 @@ def _assert_all_end(klog: int, started: dict[int, str]) -> None:
     assert _alive(klog, started) == {}
 
 
-def _kill_left(klog: int, started: dict[int, str]) -> None:
-    for pid in _alive(klog, started):  # only the processes of this run
+def _end_run(proc: subprocess.Popen, started: dict[int, str]) -> None:
+    """A test's clean-up: klog killed if it still runs, then whatever of its run is left."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in _alive(proc.pid, started):  # only the processes of this run
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -119,10 +123,7 @@ def _stop_and_check(proc: subprocess.Popen, sig: int, started: dict[int, str], g
             assert b"finished" not in out
         _assert_all_end(proc.pid, started)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        _kill_left(proc.pid, started)
+        _end_run(proc, started)
 
 
 @pytest.fixture
@@ -170,10 +171,7 @@ def test_a_killed_commands_scratch_directory_goes_with_the_next_command(data_dir
         assert (proc.returncode, out) == (0, b'{"n": 1}\n'), err
         assert list(scratch.iterdir()) == []  # the killed one's went at its start, its own at its exit
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        _kill_left(proc.pid, started)
+        _end_run(proc, started)
 
 
 JOB = """\
@@ -216,7 +214,7 @@ def test_a_finished_command_leaves_no_jvm(data_dir, topic) -> None:
         assert (proc.returncode, out) == (0, b'{"n": 1}\n') and b"Traceback" not in err, err
         _assert_all_end(proc.pid, started)
     finally:
-        _kill_left(proc.pid, started)
+        _end_run(proc, started)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -239,10 +237,7 @@ def test_a_stream_stops_cleanly_on_either_signal(data_dir, topic, tmp_path, sig)
         _assert_all_end(proc.pid, started)
     finally:
         watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        _kill_left(proc.pid, started)
+        _end_run(proc, started)
 
 
 STAGED_WRITE = """\
