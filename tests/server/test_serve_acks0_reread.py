@@ -3,6 +3,7 @@ one connection's burst may hold while it waits."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -50,6 +51,18 @@ def _partition_1_stuck(kafka_server, monkeypatch, calls: list | None = None):  #
     return stuck, gate, kafka_server.append_slot("t", 0)
 
 
+@contextlib.contextmanager
+def _slow_burst_other(kafka_server, stuck: threading.Event):  # noqa: ANN001, ANN202
+    """Three connections: `slow`, whose acks=all produce of partition 1 is stuck once this yields;
+    `burst` (a raw socket) and `other` (a RawClient), for the test's own requests."""
+    with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as slow, \
+            socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as burst, \
+            RawClient(kafka_server.port) as other:
+        slow.sendall(_frame(1, [("t", 1, batch([b"slow"]))], acks=-1))
+        assert stuck.wait(10)
+        yield slow, burst, other
+
+
 @pytest.mark.slow
 def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(kafka_server, monkeypatch):
     """A burst of acks=0 requests for partitions 0 and 1, while partition 1's append is stuck (a slow disk
@@ -60,11 +73,7 @@ def test_an_acks0_burst_waiting_for_a_slow_partition_holds_no_other_partition(ka
     calls: list[tuple[int, str]] = []
     stuck, gate, slot0 = _partition_1_stuck(kafka_server, monkeypatch, calls)
     try:
-        with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as slow, \
-                socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as burst, \
-                RawClient(kafka_server.port) as other:
-            slow.sendall(_frame(1, [("t", 1, batch([b"slow"]))], acks=-1))
-            assert stuck.wait(10)
+        with _slow_burst_other(kafka_server, stuck) as (slow, burst, other):
             # two pipelined acks=0 requests in one write: handled as one group (an ApiVersions after them,
             # answered once they are handled)
             burst.sendall(_frame(1, [("t", 0, batch([b"x0"]))]) + _frame(2, [("t", 1, batch([b"x1"]))])
@@ -98,11 +107,7 @@ def test_a_multi_partition_append_waiting_for_a_slow_partition_holds_no_other_pa
     under its own lock: it never holds one while it waits for another."""
     stuck, gate, slot0 = _partition_1_stuck(kafka_server, monkeypatch)
     try:
-        with socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as slow, \
-                socket.create_connection(("127.0.0.1", kafka_server.port), timeout=10) as burst, \
-                RawClient(kafka_server.port) as other:
-            slow.sendall(_frame(1, [("t", 1, batch([b"slow"]))], acks=-1))
-            assert stuck.wait(10)
+        with _slow_burst_other(kafka_server, stuck) as (slow, burst, other):
             if pipelined:
                 burst.sendall(_frame(1, [("t", 0, batch([b"x0"]))], acks=1)
                               + _frame(2, [("t", 1, batch([b"x1"]))], acks=1))
